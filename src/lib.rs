@@ -1,0 +1,30 @@
+//! leased: a lease registry for long-running worker jobs that speaks the
+//! Redis protocol.
+//!
+//! Data flows one way:
+//!
+//! ```text
+//! socket -> request (decode) -> command (parse) -> core (apply) -> reply (encode) -> socket
+//! ```
+//!
+//! - [`config`]: the directive table, the redis.conf-style file, `--directive` overrides.
+//! - [`server`]: listeners, the client table, shutdown.
+//! - [`connection`]: one client's session: read, parse, dispatch, write.
+//! - [`request`]: strict decoding of RESP and inline requests, with limits.
+//! - [`command`]: the command table and typed commands parsed from arguments.
+//! - [`core`]: the one task that owns the registry and answers lease commands.
+//! - [`registry`]: the pure lease state machine; `now` is passed in.
+//! - [`ceiling`]: the durable fencing-token ceiling and the data-directory lock.
+//! - [`reply`]: reply values and their RESP2/RESP3 encoding.
+//! - [`glob`]: Redis's glob patterns, for `CONFIG GET`.
+
+pub mod ceiling;
+pub mod command;
+pub mod config;
+pub mod connection;
+pub mod core;
+pub mod glob;
+pub mod registry;
+pub mod reply;
+pub mod request;
+pub mod server;

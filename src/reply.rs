@@ -1,0 +1,244 @@
+//! Reply values and their encoding for RESP2 and RESP3.
+//!
+//! Command handlers return a [`Reply`], a value that knows nothing of the
+//! wire; the connection encodes it for the protocol the client chose with
+//! `HELLO`. The downgrade rules are Redis's: a map becomes a flat array, a
+//! set an array, a double a bulk string of its shortest decimal form, a
+//! verbatim string a bulk string, null a null bulk string.
+//!
+//! The bytes themselves are written by `redis-protocol`'s encoders.
+
+use bytes::{Bytes, BytesMut};
+use redis_protocol::resp2::types::BytesFrame as Resp2Frame;
+use redis_protocol::resp3::types::{
+    BytesFrame as Resp3Frame, FrameMap, FrameSet, VerbatimStringFormat,
+};
+
+/// The protocol a connection speaks; `HELLO` switches it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Resp2,
+    Resp3,
+}
+
+impl Protocol {
+    /// The number `HELLO` uses for this protocol.
+    pub fn version(self) -> i64 {
+        match self {
+            Protocol::Resp2 => 2,
+            Protocol::Resp3 => 3,
+        }
+    }
+}
+
+/// A reply, independent of the protocol it will be encoded in.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reply {
+    /// A simple string such as `+OK` or `+PONG`.
+    Status(&'static str),
+    /// An error line, already in Redis's wording (`ERR ...`, `WRONGPASS ...`).
+    Error(String),
+    Int(i64),
+    Bulk(Bytes),
+    /// Null: `_` in RESP3, a null bulk string in RESP2.
+    Null,
+    /// A double: `,10.5` in RESP3, the bulk string `10.5` in RESP2.
+    Double(f64),
+    Array(Vec<Reply>),
+    /// Key/value pairs in order: a map in RESP3, a flat array in RESP2.
+    Map(Vec<(Reply, Reply)>),
+    /// A set in RESP3, an array in RESP2.
+    Set(Vec<Reply>),
+    /// Text such as INFO's: a verbatim `txt` string in RESP3, bulk in RESP2.
+    Verbatim(Bytes),
+}
+
+impl Reply {
+    pub const OK: Reply = Reply::Status("OK");
+
+    /// An error reply. CR and LF would break the framing, so they become
+    /// spaces, as Redis does.
+    pub fn error(message: impl Into<String>) -> Reply {
+        let mut message = message.into();
+        if message.contains(['\r', '\n']) {
+            message = message.replace(['\r', '\n'], " ");
+        }
+        Reply::Error(message)
+    }
+
+    pub fn bulk(data: impl Into<Bytes>) -> Reply {
+        Reply::Bulk(data.into())
+    }
+
+    /// A bulk string holding a static text, without copying it.
+    pub fn text(text: &'static str) -> Reply {
+        Reply::Bulk(Bytes::from_static(text.as_bytes()))
+    }
+
+    pub fn is_error(&self) -> bool {
+        matches!(self, Reply::Error(_))
+    }
+
+    /// Appends the encoding of this reply for `protocol` to `out`.
+    pub fn encode(&self, protocol: Protocol, out: &mut BytesMut) {
+        // Encoding into a growable buffer fails only on frames we never
+        // build (e.g. a RESP3 double that is NaN), so a failure is a bug.
+        let result = match protocol {
+            Protocol::Resp2 => {
+                redis_protocol::resp2::encode::extend_encode(out, &self.to_resp2(), false)
+            }
+            Protocol::Resp3 => {
+                redis_protocol::resp3::encode::complete::extend_encode(out, &self.to_resp3(), false)
+            }
+        };
+        if let Err(error) = result {
+            panic!("reply could not be encoded: {error:?}");
+        }
+    }
+
+    fn to_resp2(&self) -> Resp2Frame {
+        match self {
+            Reply::Status(s) => Resp2Frame::SimpleString(Bytes::from_static(s.as_bytes())),
+            Reply::Error(e) => Resp2Frame::Error(e.as_str().into()),
+            Reply::Int(i) => Resp2Frame::Integer(*i),
+            Reply::Bulk(b) | Reply::Verbatim(b) => Resp2Frame::BulkString(b.clone()),
+            Reply::Null => Resp2Frame::Null,
+            Reply::Double(d) => Resp2Frame::BulkString(format_double(*d).into()),
+            Reply::Array(items) | Reply::Set(items) => {
+                Resp2Frame::Array(items.iter().map(Reply::to_resp2).collect())
+            }
+            Reply::Map(pairs) => Resp2Frame::Array(
+                pairs
+                    .iter()
+                    .flat_map(|(k, v)| [k.to_resp2(), v.to_resp2()])
+                    .collect(),
+            ),
+        }
+    }
+
+    fn to_resp3(&self) -> Resp3Frame {
+        match self {
+            Reply::Status(s) => Resp3Frame::SimpleString {
+                data: Bytes::from_static(s.as_bytes()),
+                attributes: None,
+            },
+            Reply::Error(e) => Resp3Frame::SimpleError {
+                data: e.as_str().into(),
+                attributes: None,
+            },
+            Reply::Int(i) => Resp3Frame::Number {
+                data: *i,
+                attributes: None,
+            },
+            Reply::Bulk(b) => Resp3Frame::BlobString {
+                data: b.clone(),
+                attributes: None,
+            },
+            Reply::Verbatim(b) => Resp3Frame::VerbatimString {
+                data: b.clone(),
+                format: VerbatimStringFormat::Text,
+                attributes: None,
+            },
+            Reply::Null => Resp3Frame::Null,
+            Reply::Double(d) => Resp3Frame::Double {
+                data: *d,
+                attributes: None,
+            },
+            Reply::Array(items) => Resp3Frame::Array {
+                data: items.iter().map(Reply::to_resp3).collect(),
+                attributes: None,
+            },
+            Reply::Set(items) => {
+                // A FrameSet would drop duplicates; our sets never have any.
+                let data: FrameSet<Resp3Frame> = items.iter().map(Reply::to_resp3).collect();
+                Resp3Frame::Set {
+                    data,
+                    attributes: None,
+                }
+            }
+            Reply::Map(pairs) => {
+                let data: FrameMap<Resp3Frame, Resp3Frame> = pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_resp3(), v.to_resp3()))
+                    .collect();
+                Resp3Frame::Map {
+                    data,
+                    attributes: None,
+                }
+            }
+        }
+    }
+}
+
+/// The decimal form of a double that RESP2 sends as a bulk string: the
+/// shortest text that reads back as the same number (`10`, `10.5`), the
+/// same digits `redis-protocol` writes for a RESP3 double.
+pub fn format_double(value: f64) -> String {
+    if value.is_infinite() {
+        return if value > 0.0 { "inf" } else { "-inf" }.to_string();
+    }
+    value.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encoded(reply: &Reply, protocol: Protocol) -> String {
+        let mut out = BytesMut::new();
+        reply.encode(protocol, &mut out);
+        String::from_utf8(out.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn null_differs_by_protocol() {
+        assert_eq!(encoded(&Reply::Null, Protocol::Resp2), "$-1\r\n");
+        assert_eq!(encoded(&Reply::Null, Protocol::Resp3), "_\r\n");
+    }
+
+    #[test]
+    fn doubles_are_bulk_strings_in_resp2() {
+        assert_eq!(
+            encoded(&Reply::Double(10.0), Protocol::Resp2),
+            "$2\r\n10\r\n"
+        );
+        assert_eq!(
+            encoded(&Reply::Double(10.5), Protocol::Resp2),
+            "$4\r\n10.5\r\n"
+        );
+        assert_eq!(encoded(&Reply::Double(10.5), Protocol::Resp3), ",10.5\r\n");
+        assert_eq!(encoded(&Reply::Double(10.0), Protocol::Resp3), ",10\r\n");
+    }
+
+    #[test]
+    fn maps_keep_their_order_and_flatten_in_resp2() {
+        let map = Reply::Map(vec![
+            (Reply::text("b"), Reply::Int(1)),
+            (Reply::text("a"), Reply::Int(2)),
+        ]);
+        assert_eq!(
+            encoded(&map, Protocol::Resp3),
+            "%2\r\n$1\r\nb\r\n:1\r\n$1\r\na\r\n:2\r\n"
+        );
+        assert_eq!(
+            encoded(&map, Protocol::Resp2),
+            "*4\r\n$1\r\nb\r\n:1\r\n$1\r\na\r\n:2\r\n"
+        );
+    }
+
+    #[test]
+    fn sets_and_verbatim_strings() {
+        let set = Reply::Set(vec![Reply::Status("optional")]);
+        assert_eq!(encoded(&set, Protocol::Resp3), "~1\r\n+optional\r\n");
+        assert_eq!(encoded(&set, Protocol::Resp2), "*1\r\n+optional\r\n");
+        let text = Reply::Verbatim(Bytes::from_static(b"a:1"));
+        assert_eq!(encoded(&text, Protocol::Resp3), "=7\r\ntxt:a:1\r\n");
+        assert_eq!(encoded(&text, Protocol::Resp2), "$3\r\na:1\r\n");
+    }
+
+    #[test]
+    fn errors_never_carry_line_breaks() {
+        let reply = Reply::error("ERR bad\r\nthing");
+        assert_eq!(encoded(&reply, Protocol::Resp2), "-ERR bad  thing\r\n");
+    }
+}
