@@ -1,1 +1,372 @@
-//! (Being written.)
+//! One client's session: read, decode, parse, dispatch, encode, write.
+//!
+//! Every socket read is decoded into all the complete requests it holds.
+//! Their lease commands go to the core as one batch; the others (PING,
+//! HELLO, CLIENT ...) are answered here. The replies are encoded in request
+//! order, each in the protocol in force when its request was read, and
+//! written back with one write.
+//!
+//! Reading goes on while replies wait to be written: a client that sends a
+//! large burst before reading anything must not deadlock against us.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tracing::debug;
+
+use crate::command::{self, ClientAttr, ClientFilter, Command, docs};
+use crate::core::CoreHandle;
+use crate::reply::{Protocol, Reply};
+use crate::request::{Limits, RequestDecoder};
+use crate::server::{ClientEntry, Shared};
+
+/// Bytes requested from the socket per read.
+const READ_CHUNK: usize = 16 * 1024;
+/// How long shutdown waits for a client to take its last replies.
+const FINAL_FLUSH: Duration = Duration::from_secs(1);
+
+pub struct Connection {
+    stream: TcpStream,
+    client: Arc<ClientEntry>,
+    shared: Arc<Shared>,
+    core: CoreHandle,
+    decoder: RequestDecoder,
+    read_buf: BytesMut,
+    write_buf: BytesMut,
+    protocol: Protocol,
+}
+
+/// Where a request's reply comes from, and the protocol to encode it in.
+enum Slot {
+    Ready(Protocol, Reply),
+    /// The next of the core's replies.
+    Core(Protocol),
+}
+
+/// What the connection does after a batch.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum After {
+    Continue,
+    /// QUIT, or a protocol error: write what is pending and close.
+    Close,
+    /// SHUTDOWN: close and stop the server.
+    Shutdown,
+}
+
+impl Connection {
+    pub fn new(
+        stream: TcpStream,
+        client: Arc<ClientEntry>,
+        shared: Arc<Shared>,
+        core: CoreHandle,
+    ) -> Connection {
+        Connection {
+            stream,
+            client,
+            shared,
+            core,
+            decoder: RequestDecoder::new(Limits::default()),
+            read_buf: BytesMut::with_capacity(READ_CHUNK),
+            write_buf: BytesMut::new(),
+            protocol: Protocol::Resp2,
+        }
+    }
+
+    /// Serves the client until it leaves, QUITs, or the server shuts down.
+    pub async fn serve(mut self) {
+        if let Err(error) = self.run().await {
+            debug!("client {} closed: {error}", self.client.addr);
+        }
+        self.shared.clients.unregister(self.client.id);
+    }
+
+    async fn run(&mut self) -> io::Result<()> {
+        let shutdown = self.shared.shutdown.clone();
+        let mut requests = Vec::new();
+        loop {
+            let decoded = self.decoder.decode(&mut self.read_buf, &mut requests);
+            let mut after = After::Continue;
+            if !requests.is_empty() {
+                after = self.execute(&mut requests).await;
+            }
+            if after == After::Continue
+                && let Err(error) = decoded
+            {
+                Reply::error(error.message()).encode(self.protocol, &mut self.write_buf);
+                after = After::Close;
+            }
+            match after {
+                After::Continue => {}
+                After::Close => return self.flush().await,
+                After::Shutdown => {
+                    shutdown.cancel();
+                    return self.flush().await;
+                }
+            }
+
+            self.read_buf.reserve(READ_CHUNK);
+            let (mut reader, mut writer) = self.stream.split();
+            tokio::select! {
+                _ = shutdown.cancelled() => {
+                    return tokio::time::timeout(FINAL_FLUSH, self.flush())
+                        .await
+                        .unwrap_or(Ok(()));
+                }
+                read = reader.read_buf(&mut self.read_buf) => {
+                    if read? == 0 {
+                        // The client closed its side; it may still read.
+                        return self.flush().await;
+                    }
+                }
+                written = writer.write_buf(&mut self.write_buf), if !self.write_buf.is_empty() => {
+                    written?;
+                }
+            }
+        }
+    }
+
+    async fn flush(&mut self) -> io::Result<()> {
+        self.stream.write_all_buf(&mut self.write_buf).await?;
+        self.stream.flush().await
+    }
+
+    /// Runs one read's requests and encodes their replies in order.
+    async fn execute(&mut self, requests: &mut Vec<Vec<Bytes>>) -> After {
+        let stats = &self.shared.stats;
+        stats
+            .total_commands_processed
+            .fetch_add(requests.len() as u64, Ordering::Relaxed);
+        let active_ms = self.client.connected.elapsed().as_millis() as u64;
+        self.client
+            .last_active_ms
+            .store(active_ms, Ordering::Relaxed);
+
+        let mut slots = Vec::with_capacity(requests.len());
+        let mut lease_commands = Vec::new();
+        let mut after = After::Continue;
+        for args in requests.drain(..) {
+            match command::parse(args) {
+                Ok(Command::Lease(command)) => {
+                    lease_commands.push(command);
+                    slots.push(Slot::Core(self.protocol));
+                }
+                Ok(command) => {
+                    let (reply, next) = self.apply(command);
+                    if let Some(reply) = reply {
+                        slots.push(Slot::Ready(self.protocol, reply));
+                    }
+                    if next != After::Continue {
+                        // Requests after QUIT or SHUTDOWN are not run.
+                        after = next;
+                        break;
+                    }
+                }
+                Err(reply) => slots.push(Slot::Ready(self.protocol, reply)),
+            }
+        }
+        requests.clear();
+
+        let mut core_replies = if lease_commands.is_empty() {
+            Vec::new()
+        } else {
+            self.core.call(lease_commands).await
+        }
+        .into_iter();
+        for slot in slots {
+            let (protocol, reply) = match slot {
+                Slot::Ready(protocol, reply) => (protocol, reply),
+                Slot::Core(protocol) => (
+                    protocol,
+                    core_replies.next().expect("one reply per command"),
+                ),
+            };
+            reply.encode(protocol, &mut self.write_buf);
+        }
+        after
+    }
+
+    /// Answers a command that needs only this connection and the server.
+    fn apply(&mut self, command: Command) -> (Option<Reply>, After) {
+        let reply = match command {
+            Command::Quit => return (Some(Reply::OK), After::Close),
+            Command::Shutdown => return (None, After::Shutdown),
+            Command::Lease(_) => unreachable!("lease commands go to the core"),
+            Command::Ping(None) => Reply::Status("PONG"),
+            Command::Ping(Some(message)) | Command::Echo(message) => Reply::Bulk(message),
+            Command::Hello {
+                protocol,
+                auth,
+                set_name,
+            } => self.hello(protocol, auth, set_name),
+            Command::Auth { username, password } => auth(username.as_deref(), &password)
+                .map(|()| Reply::OK)
+                .unwrap_or_else(|e| e),
+            Command::Reset => {
+                self.set_protocol(Protocol::Resp2);
+                self.client.meta().name = None;
+                Reply::Status("RESET")
+            }
+            Command::Select => Reply::OK,
+            Command::ClientSetName(name) => self
+                .set_name(name)
+                .map(|()| Reply::OK)
+                .unwrap_or_else(|e| e),
+            Command::ClientGetName => self
+                .client
+                .meta()
+                .name
+                .clone()
+                .map_or(Reply::Null, Reply::Bulk),
+            Command::ClientId => Reply::Int(self.client.id as i64),
+            Command::ClientSetInfo(attr, value) => self.set_info(attr, value),
+            Command::ClientInfo => Reply::Verbatim(self.client.describe().into()),
+            Command::ClientList(filter) => self.client_list(&filter),
+            Command::CommandInfo(names) => docs::info(names.as_deref()),
+            Command::CommandCount => docs::count(),
+            Command::CommandDocs(names) => docs::docs(&names),
+            Command::CommandList => docs::list(),
+            Command::ConfigGet(patterns) => self.config_get(&patterns),
+            Command::Help(lines) => {
+                Reply::Array(lines.iter().map(|line| Reply::Status(line)).collect())
+            }
+            Command::Time => time(),
+        };
+        (Some(reply), After::Continue)
+    }
+
+    fn set_protocol(&mut self, protocol: Protocol) {
+        self.protocol = protocol;
+        self.client.meta().protocol = Some(protocol);
+    }
+
+    /// `HELLO`: checks AUTH and SETNAME before changing anything, then
+    /// switches protocol and replies in the new one.
+    fn hello(
+        &mut self,
+        protocol: Option<Protocol>,
+        credentials: Option<(Bytes, Bytes)>,
+        set_name: Option<Bytes>,
+    ) -> Reply {
+        if let Some((username, password)) = &credentials
+            && let Err(reply) = auth(Some(username), password)
+        {
+            return reply;
+        }
+        if let Some(name) = set_name
+            && let Err(reply) = self.set_name(name)
+        {
+            return reply;
+        }
+        if let Some(protocol) = protocol {
+            self.set_protocol(protocol);
+        }
+        let field = |name: &'static str, value: Reply| (Reply::text(name), value);
+        Reply::Map(vec![
+            field("server", Reply::text("leased")),
+            field("version", Reply::text(env!("CARGO_PKG_VERSION"))),
+            field("proto", Reply::Int(self.protocol.version())),
+            field("id", Reply::Int(self.client.id as i64)),
+            field("mode", Reply::text("standalone")),
+            field("role", Reply::text("master")),
+            field("modules", Reply::Array(Vec::new())),
+        ])
+    }
+
+    fn set_name(&mut self, name: Bytes) -> Result<(), Reply> {
+        if !is_printable_word(&name) {
+            return Err(Reply::error(
+                "ERR Client names cannot contain spaces, newlines or special characters.",
+            ));
+        }
+        self.client.meta().name = (!name.is_empty()).then_some(name);
+        Ok(())
+    }
+
+    fn set_info(&mut self, attr: ClientAttr, value: Bytes) -> Reply {
+        let label = match attr {
+            ClientAttr::LibName => "lib-name",
+            ClientAttr::LibVer => "lib-ver",
+        };
+        if !is_printable_word(&value) {
+            return Reply::error(format!(
+                "ERR {label} cannot contain spaces, newlines or special characters."
+            ));
+        }
+        let value = (!value.is_empty()).then_some(value);
+        let mut meta = self.client.meta();
+        match attr {
+            ClientAttr::LibName => meta.lib_name = value,
+            ClientAttr::LibVer => meta.lib_ver = value,
+        }
+        Reply::OK
+    }
+
+    fn client_list(&self, filter: &ClientFilter) -> Reply {
+        let clients = self.shared.clients.snapshot();
+        let text: String = clients
+            .iter()
+            .filter(|client| match filter {
+                ClientFilter::All => true,
+                ClientFilter::NormalOnly(normal) => *normal,
+                ClientFilter::Ids(ids) => ids.contains(&client.id),
+            })
+            .map(|client| client.describe())
+            .collect();
+        Reply::Verbatim(text.into())
+    }
+
+    /// `CONFIG GET pattern ...`: each matching parameter once.
+    fn config_get(&self, patterns: &[Bytes]) -> Reply {
+        let mut found: Vec<(&'static str, String)> = Vec::new();
+        for pattern in patterns {
+            for (name, value) in self.shared.config.get(pattern) {
+                if !found.iter().any(|(seen, _)| *seen == name) {
+                    found.push((name, value));
+                }
+            }
+        }
+        Reply::Map(
+            found
+                .into_iter()
+                .map(|(name, value)| (Reply::text(name), Reply::bulk(value)))
+                .collect(),
+        )
+    }
+}
+
+/// Authentication as Redis answers it when no password is configured: the
+/// `default` user accepts any password; other users do not exist.
+fn auth(username: Option<&[u8]>, _password: &[u8]) -> Result<(), Reply> {
+    match username {
+        None => Err(Reply::error(
+            "ERR AUTH <password> called without any password configured for the default user. \
+             Are you sure your configuration is correct?",
+        )),
+        Some(user) if user == b"default" => Ok(()),
+        Some(_) => Err(Reply::error(
+            "WRONGPASS invalid username-password pair or user is disabled.",
+        )),
+    }
+}
+
+/// Redis's rule for client names and library info: printable ASCII
+/// without spaces.
+fn is_printable_word(value: &[u8]) -> bool {
+    value.iter().all(|&b| (b'!'..=b'~').contains(&b))
+}
+
+/// `TIME`: wall-clock seconds and microseconds, as bulk strings.
+fn time() -> Reply {
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    Reply::Array(vec![
+        Reply::bulk(now.as_secs().to_string()),
+        Reply::bulk(now.subsec_micros().to_string()),
+    ])
+}

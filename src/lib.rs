@@ -16,6 +16,8 @@
 //! - [`registry`]: the pure lease state machine; `now` is passed in.
 //! - [`ceiling`]: the durable fencing-token ceiling and the data-directory lock.
 //! - [`reply`]: reply values and their RESP2/RESP3 encoding.
+//! - [`info`]: the `INFO` text.
+//! - [`number`]: numbers in arguments, parsed as Redis parses them.
 //! - [`glob`]: Redis's glob patterns, for `CONFIG GET`.
 
 pub mod ceiling;
@@ -24,6 +26,8 @@ pub mod config;
 pub mod connection;
 pub mod core;
 pub mod glob;
+pub mod info;
+pub mod number;
 pub mod registry;
 pub mod reply;
 pub mod request;

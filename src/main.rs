@@ -1,1 +1,81 @@
-fn main() {}
+//! `leased [CONFIG_FILE] [--directive value ...]`: parse the configuration,
+//! open the data directory, bind, and serve until shutdown.
+
+use std::process::ExitCode;
+
+use leased::ceiling::DataDir;
+use leased::config::{Config, ConfigError, LogLevel};
+use leased::server;
+use tracing::level_filters::LevelFilter;
+use tracing::{error, info, warn};
+
+fn main() -> ExitCode {
+    let config = match Config::from_args(std::env::args_os()) {
+        Ok(config) => config,
+        Err(ConfigError::Args(error)) => error.exit(),
+        Err(error) => {
+            eprintln!("leased: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    init_logging(config.loglevel);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            error!("Cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(start(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            error!("{message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn start(config: Config) -> Result<(), String> {
+    info!(
+        "leased {} starting (pid {}, config file: {})",
+        env!("CARGO_PKG_VERSION"),
+        std::process::id(),
+        config
+            .config_file
+            .as_ref()
+            .map_or("none".to_string(), |path| path.display().to_string()),
+    );
+    let data_dir = DataDir::open(&config.dir).map_err(|e| e.to_string())?;
+    info!("Data directory: {}", absolute(&config.dir));
+    warn!(
+        "Leases are kept in memory only and do not survive a restart; \
+         fencing tokens do (the token ceiling is stored in the data directory)"
+    );
+    let listeners = server::bind(&config).await?;
+    server::run(config, listeners, data_dir, std::future::pending()).await
+}
+
+fn absolute(path: &std::path::Path) -> String {
+    std::path::absolute(path)
+        .unwrap_or_else(|_| path.to_path_buf())
+        .display()
+        .to_string()
+}
+
+/// Logs go to standard output, as redis-server's do without a logfile.
+fn init_logging(level: LogLevel) {
+    let filter = match level {
+        LogLevel::Debug => LevelFilter::TRACE,
+        LogLevel::Verbose => LevelFilter::DEBUG,
+        LogLevel::Notice => LevelFilter::INFO,
+        LogLevel::Warning => LevelFilter::WARN,
+        LogLevel::Nothing => LevelFilter::OFF,
+    };
+    tracing_subscriber::fmt()
+        .with_max_level(filter)
+        .with_target(false)
+        .init();
+}

@@ -107,6 +107,11 @@ impl Registry {
         self.time
     }
 
+    /// The TTL of leases acquired without a `TTL` option.
+    pub fn default_ttl(&self) -> f64 {
+        self.default_ttl
+    }
+
     pub fn last_token(&self) -> u64 {
         self.last_token
     }

@@ -1,1 +1,330 @@
-//! (Being written.)
+//! The server: listeners, the client table, start-up and clean shutdown.
+//!
+//! [`run`] takes listeners that are already bound and a shutdown future, so
+//! the binary and tests start a server the same way. Shutdown (a signal,
+//! `SHUTDOWN`, or the future) stops the accept loops, asks every connection
+//! to finish the requests it has read and close, waits for them, and then
+//! drops the last handle to the core, which stores the token ceiling and
+//! ends.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{error, info, warn};
+
+use crate::ceiling::DataDir;
+use crate::config::Config;
+use crate::connection::Connection;
+use crate::core::Core;
+use crate::registry::Registry;
+use crate::reply::Protocol;
+
+/// State every connection and the core can see.
+#[derive(Debug)]
+pub struct Shared {
+    pub config: Config,
+    /// The addresses actually listened on (with the real port for `--port 0`).
+    pub listen_addrs: Vec<SocketAddr>,
+    pub started: Instant,
+    pub clients: ClientTable,
+    pub stats: Stats,
+    /// Cancelled to shut the server down.
+    pub shutdown: CancellationToken,
+}
+
+/// Counters for `INFO stats`.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub total_connections_received: AtomicU64,
+    pub total_commands_processed: AtomicU64,
+}
+
+/// The connected clients, for `CLIENT LIST` and `INFO clients`.
+#[derive(Debug, Default)]
+pub struct ClientTable {
+    next_id: AtomicU64,
+    clients: Mutex<BTreeMap<u64, Arc<ClientEntry>>>,
+}
+
+/// What the server knows of one connected client.
+#[derive(Debug)]
+pub struct ClientEntry {
+    pub id: u64,
+    pub addr: SocketAddr,
+    pub local_addr: SocketAddr,
+    pub fd: i32,
+    pub connected: Instant,
+    /// Milliseconds since `connected` of the last request batch.
+    pub last_active_ms: AtomicU64,
+    /// What the client said about itself; changes rarely.
+    pub meta: Mutex<ClientMeta>,
+}
+
+#[derive(Debug, Default)]
+pub struct ClientMeta {
+    pub name: Option<Bytes>,
+    pub lib_name: Option<Bytes>,
+    pub lib_ver: Option<Bytes>,
+    pub protocol: Option<Protocol>,
+}
+
+impl ClientTable {
+    fn register(&self, addr: SocketAddr, local_addr: SocketAddr, fd: i32) -> Arc<ClientEntry> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let entry = Arc::new(ClientEntry {
+            id,
+            addr,
+            local_addr,
+            fd,
+            connected: Instant::now(),
+            last_active_ms: AtomicU64::new(0),
+            meta: Mutex::new(ClientMeta::default()),
+        });
+        self.lock().insert(id, entry.clone());
+        entry
+    }
+
+    pub fn unregister(&self, id: u64) {
+        self.lock().remove(&id);
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The clients in id order.
+    pub fn snapshot(&self) -> Vec<Arc<ClientEntry>> {
+        self.lock().values().cloned().collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<ClientEntry>>> {
+        // A panic elsewhere cannot leave the map half-updated.
+        self.clients
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl ClientEntry {
+    pub fn meta(&self) -> std::sync::MutexGuard<'_, ClientMeta> {
+        self.meta
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// One line of `CLIENT LIST` / `CLIENT INFO`, in Redis's format.
+    pub fn describe(&self) -> String {
+        let meta = self.meta();
+        let text = |value: &Option<Bytes>| {
+            value
+                .as_ref()
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+                .unwrap_or_default()
+        };
+        let age = self.connected.elapsed();
+        let last_active = Duration::from_millis(self.last_active_ms.load(Ordering::Relaxed));
+        let idle = age.saturating_sub(last_active);
+        format!(
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags=N db=0 sub=0 psub=0 \
+             ssub=0 multi=-1 user=default resp={} lib-name={} lib-ver={}\n",
+            self.id,
+            self.addr,
+            self.local_addr,
+            self.fd,
+            text(&meta.name),
+            age.as_secs(),
+            idle.as_secs(),
+            meta.protocol.unwrap_or(Protocol::Resp2).version(),
+            text(&meta.lib_name),
+            text(&meta.lib_ver),
+        )
+    }
+}
+
+/// Binds every address of `bind` on `port`. A failure names the address.
+pub async fn bind(config: &Config) -> Result<Vec<TcpListener>, String> {
+    let mut listeners = Vec::new();
+    for address in &config.bind {
+        let target = format!("{}:{}", bracket_ipv6(address), config.port);
+        match TcpListener::bind(&target).await {
+            Ok(listener) => listeners.push(listener),
+            Err(error) => {
+                return Err(format!(
+                    "Could not create server TCP listening socket {target}: {error}"
+                ));
+            }
+        }
+    }
+    Ok(listeners)
+}
+
+fn bracket_ipv6(address: &str) -> String {
+    if address.contains(':') && !address.starts_with('[') {
+        format!("[{address}]")
+    } else {
+        address.to_string()
+    }
+}
+
+/// Serves clients on `listeners` until `shutdown` completes, a signal
+/// arrives, or a client sends `SHUTDOWN`; then shuts down cleanly.
+pub async fn run(
+    config: Config,
+    listeners: Vec<TcpListener>,
+    data_dir: DataDir,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), String> {
+    let ceiling = data_dir.read_ceiling().map_err(|e| e.to_string())?;
+    let registry = Registry::new(config.lease_ttl, ceiling, ceiling);
+    let listen_addrs = listeners
+        .iter()
+        .map(|l| l.local_addr())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let shared = Arc::new(Shared {
+        config,
+        listen_addrs,
+        started: Instant::now(),
+        clients: ClientTable::default(),
+        stats: Stats::default(),
+        shutdown: CancellationToken::new(),
+    });
+    let (core, core_task) = Core::start(registry, data_dir.ceiling_writer(), shared.clone())
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot write the token ceiling in '{}': {e}",
+                data_dir.path().display()
+            )
+        })?;
+
+    let addrs: Vec<String> = shared.listen_addrs.iter().map(|a| a.to_string()).collect();
+    info!("Ready to accept connections on {}", addrs.join(", "));
+
+    let tracker = TaskTracker::new();
+    for listener in listeners {
+        tracker.spawn(accept_loop(
+            listener,
+            shared.clone(),
+            core.clone(),
+            tracker.clone(),
+        ));
+    }
+    tokio::select! {
+        _ = shutdown => {}
+        _ = shutdown_signal() => {}
+        _ = shared.shutdown.cancelled() => {}
+    }
+    info!(
+        "Shutting down: closing {} client connection(s)",
+        shared.clients.len()
+    );
+    shared.shutdown.cancel();
+    tracker.close();
+    tracker.wait().await;
+    drop(core);
+    if core_task.await.is_err() {
+        error!("the registry core stopped abnormally");
+    }
+    info!("leased is now ready to exit, bye bye...");
+    drop(data_dir);
+    Ok(())
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    core: crate::core::CoreHandle,
+    tracker: TaskTracker,
+) {
+    loop {
+        let accepted = tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((stream, addr)) => {
+                let connection = open_connection(stream, addr, &shared, &core);
+                tracker.spawn(connection.serve());
+            }
+            Err(error) => {
+                // Usually out of file descriptors: wait instead of spinning.
+                warn!("Accepting a client connection failed: {error}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+fn open_connection(
+    stream: TcpStream,
+    addr: SocketAddr,
+    shared: &Arc<Shared>,
+    core: &crate::core::CoreHandle,
+) -> Connection {
+    // Replies are written once per batch, so Nagle would only add delay.
+    let _ = stream.set_nodelay(true);
+    let local_addr = stream.local_addr().unwrap_or(addr);
+    let fd = raw_fd(&stream);
+    shared
+        .stats
+        .total_connections_received
+        .fetch_add(1, Ordering::Relaxed);
+    let client = shared.clients.register(addr, local_addr, fd);
+    Connection::new(stream, client, shared.clone(), core.clone())
+}
+
+#[cfg(unix)]
+fn raw_fd(stream: &TcpStream) -> i32 {
+    use std::os::fd::AsRawFd;
+    stream.as_raw_fd()
+}
+
+#[cfg(not(unix))]
+fn raw_fd(_: &TcpStream) -> i32 {
+    -1
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            error!("cannot listen for SIGTERM/SIGINT");
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = term.recv() => info!("Received SIGTERM scheduling shutdown..."),
+            _ = int.recv() => info!("Received SIGINT scheduling shutdown..."),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Seconds since the Unix epoch, to the millisecond: the server's clock
+/// for lease commands that omit `now`.
+pub fn wall_clock() -> f64 {
+    let since_epoch = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    since_epoch.as_millis() as f64 / 1000.0
+}

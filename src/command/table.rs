@@ -1,0 +1,691 @@
+//! The command table: one entry per command, as in Redis's `commands.def`.
+//!
+//! Each entry drives the arity check and its error, the command's parse
+//! step, `COMMAND COUNT|INFO|DOCS|LIST` (so `redis-cli` shows argument
+//! hints) and the syntax lines in `docs/commands.md`, which a test checks
+//! against this table.
+
+use super::*;
+
+/// The kind of an argument, as `COMMAND DOCS` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgKind {
+    String,
+    Integer,
+    Double,
+    Pattern,
+    /// A literal word such as `NOW`, with no value.
+    PureToken,
+    /// Exactly one of its sub-arguments.
+    OneOf,
+    /// Its sub-arguments in sequence.
+    Block,
+}
+
+impl ArgKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ArgKind::String => "string",
+            ArgKind::Integer => "integer",
+            ArgKind::Double => "double",
+            ArgKind::Pattern => "pattern",
+            ArgKind::PureToken => "pure-token",
+            ArgKind::OneOf => "oneof",
+            ArgKind::Block => "block",
+        }
+    }
+}
+
+/// One argument in a command's documentation.
+#[derive(Debug)]
+pub struct Arg {
+    pub name: &'static str,
+    pub kind: ArgKind,
+    /// The word that introduces it, e.g. `TTL`.
+    pub token: Option<&'static str>,
+    pub optional: bool,
+    /// It may repeat.
+    pub multiple: bool,
+    /// The members of a `OneOf` or `Block`.
+    pub args: &'static [Arg],
+}
+
+pub type ParseFn = fn(&mut Args) -> Result<Command, Reply>;
+
+/// One command (or one subcommand of a container such as `CLIENT`).
+#[derive(Debug)]
+pub struct CommandSpec {
+    /// Lower case, as `COMMAND INFO` reports it; a subcommand's own word.
+    pub name: &'static str,
+    /// Positive: exactly this many words, name included. Negative: at least.
+    pub arity: i32,
+    /// Redis's command flags, for `COMMAND INFO`.
+    pub flags: &'static [&'static str],
+    pub acl_categories: &'static [&'static str],
+    /// The documentation group (`connection`, `server`, `lease`).
+    pub group: &'static str,
+    pub summary: &'static str,
+    pub complexity: &'static str,
+    pub args: &'static [Arg],
+    pub subcommands: &'static [CommandSpec],
+    /// Turns the arguments after the name(s) into a command. Runs after the
+    /// arity check, so it may take required arguments without checking.
+    pub parse: ParseFn,
+}
+
+/// The version that introduced every command in this table.
+pub const SINCE: &str = "0.1.0";
+
+/// Finds a command by name, ignoring case.
+pub fn lookup<'a>(table: &'a [CommandSpec], name: &[u8]) -> Option<&'a CommandSpec> {
+    table
+        .iter()
+        .find(|spec| spec.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// `client|setname` for a subcommand, `lease.get` for a command.
+pub fn full_name(parent: Option<&CommandSpec>, spec: &CommandSpec) -> String {
+    match parent {
+        Some(parent) => format!("{}|{}", parent.name, spec.name),
+        None => spec.name.to_string(),
+    }
+}
+
+const fn arg(name: &'static str, kind: ArgKind) -> Arg {
+    Arg {
+        name,
+        kind,
+        token: None,
+        optional: false,
+        multiple: false,
+        args: &[],
+    }
+}
+
+const fn optional(arg: Arg) -> Arg {
+    Arg {
+        optional: true,
+        ..arg
+    }
+}
+
+const fn multiple(arg: Arg) -> Arg {
+    Arg {
+        multiple: true,
+        ..arg
+    }
+}
+
+const fn token(word: &'static str, arg: Arg) -> Arg {
+    Arg {
+        token: Some(word),
+        ..arg
+    }
+}
+
+const fn word(name: &'static str, word: &'static str) -> Arg {
+    token(word, arg(name, ArgKind::PureToken))
+}
+
+const fn group(name: &'static str, kind: ArgKind, args: &'static [Arg]) -> Arg {
+    Arg {
+        args,
+        ..arg(name, kind)
+    }
+}
+
+const fn command(
+    name: &'static str,
+    arity: i32,
+    group: &'static str,
+    summary: &'static str,
+    parse: ParseFn,
+) -> CommandSpec {
+    CommandSpec {
+        name,
+        arity,
+        flags: &[],
+        acl_categories: &[],
+        group,
+        summary,
+        complexity: "O(1)",
+        args: &[],
+        subcommands: &[],
+        parse,
+    }
+}
+
+/// The flags of a command whose reply depends only on the connection.
+const CONNECTION_FLAGS: &[&str] = &["noscript", "loading", "stale", "fast"];
+/// Commands a client may send before authenticating.
+const NO_AUTH_FLAGS: &[&str] = &[
+    "noscript",
+    "loading",
+    "stale",
+    "fast",
+    "no_auth",
+    "allow_busy",
+];
+const FAST_CONNECTION: &[&str] = &["@fast", "@connection"];
+const SLOW_CONNECTION: &[&str] = &["@slow", "@connection"];
+const LEASE_WRITE: &[&str] = &["write", "fast"];
+const LEASE_ACL: &[&str] = &["@write", "@fast"];
+
+/// `now` as the lease commands take it: optional, in seconds.
+const NOW: Arg = optional(arg("now", ArgKind::Double));
+
+fn unreachable_container(_: &mut Args) -> Result<Command, Reply> {
+    // The arity of CLIENT and CONFIG requires a subcommand.
+    Err(syntax_error())
+}
+
+pub static COMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        flags: &["write", "denyoom", "fast"],
+        acl_categories: LEASE_ACL,
+        args: &[
+            arg("run", ArgKind::String),
+            arg("worker", ArgKind::String),
+            NOW,
+            optional(token("TTL", arg("seconds", ArgKind::Double))),
+        ],
+        ..command(
+            "lease.acquire",
+            -3,
+            "lease",
+            "Take the lease on a run if it is free or its lease has expired, issuing the next fencing token",
+            parse_acquire,
+        )
+    },
+    CommandSpec {
+        flags: LEASE_WRITE,
+        acl_categories: LEASE_ACL,
+        args: &[
+            arg("lease_id", ArgKind::String),
+            arg("token", ArgKind::Integer),
+            NOW,
+        ],
+        ..command(
+            "lease.heartbeat",
+            -3,
+            "lease",
+            "Extend a current, unexpired lease by its TTL",
+            parse_heartbeat,
+        )
+    },
+    CommandSpec {
+        flags: LEASE_WRITE,
+        acl_categories: LEASE_ACL,
+        args: &[
+            arg("run", ArgKind::String),
+            arg("lease_id", ArgKind::String),
+            arg("token", ArgKind::Integer),
+            NOW,
+        ],
+        ..command(
+            "lease.validate",
+            -4,
+            "lease",
+            "Check that a lease is its run's current, unexpired lease",
+            parse_validate,
+        )
+    },
+    CommandSpec {
+        flags: LEASE_WRITE,
+        acl_categories: LEASE_ACL,
+        args: &[
+            arg("lease_id", ArgKind::String),
+            arg("token", ArgKind::Integer),
+        ],
+        ..command(
+            "lease.release",
+            3,
+            "lease",
+            "Remove a lease that is still its run's current lease, expired or not",
+            parse_release,
+        )
+    },
+    CommandSpec {
+        flags: LEASE_WRITE,
+        acl_categories: LEASE_ACL,
+        args: &[arg("run", ArgKind::String), NOW],
+        ..command(
+            "lease.get",
+            -2,
+            "lease",
+            "Return a run's current lease and whether it has expired",
+            parse_get,
+        )
+    },
+    CommandSpec {
+        flags: &["readonly", "fast"],
+        acl_categories: &["@keyspace", "@read", "@fast"],
+        ..command(
+            "dbsize",
+            1,
+            "server",
+            "Return the number of leases held, active or expired",
+            parse_dbsize,
+        )
+    },
+    CommandSpec {
+        flags: &["loading", "stale"],
+        acl_categories: &["@slow", "@dangerous"],
+        args: &[optional(multiple(arg("section", ArgKind::String)))],
+        complexity: "O(1)",
+        ..command(
+            "info",
+            -1,
+            "server",
+            "Return information and statistics about the server",
+            parse_info,
+        )
+    },
+    CommandSpec {
+        flags: &["fast"],
+        acl_categories: FAST_CONNECTION,
+        args: &[optional(arg("message", ArgKind::String))],
+        ..command("ping", -1, "connection", "Ping the server", parse_ping)
+    },
+    CommandSpec {
+        flags: &["loading", "stale", "fast"],
+        acl_categories: FAST_CONNECTION,
+        args: &[arg("message", ArgKind::String)],
+        ..command(
+            "echo",
+            2,
+            "connection",
+            "Return the given string",
+            parse_echo,
+        )
+    },
+    CommandSpec {
+        flags: NO_AUTH_FLAGS,
+        acl_categories: FAST_CONNECTION,
+        args: &[optional(group(
+            "arguments",
+            ArgKind::Block,
+            &[
+                arg("protover", ArgKind::Integer),
+                optional(token(
+                    "AUTH",
+                    group(
+                        "username_password",
+                        ArgKind::Block,
+                        &[
+                            arg("username", ArgKind::String),
+                            arg("password", ArgKind::String),
+                        ],
+                    ),
+                )),
+                optional(token("SETNAME", arg("clientname", ArgKind::String))),
+            ],
+        ))],
+        ..command(
+            "hello",
+            -1,
+            "connection",
+            "Handshake: choose RESP2 or RESP3, optionally authenticate and name the connection",
+            parse_hello,
+        )
+    },
+    CommandSpec {
+        flags: NO_AUTH_FLAGS,
+        acl_categories: FAST_CONNECTION,
+        args: &[
+            optional(arg("username", ArgKind::String)),
+            arg("password", ArgKind::String),
+        ],
+        ..command(
+            "auth",
+            -2,
+            "connection",
+            "Authenticate to the server",
+            parse_auth,
+        )
+    },
+    CommandSpec {
+        flags: NO_AUTH_FLAGS,
+        acl_categories: FAST_CONNECTION,
+        ..command("quit", -1, "connection", "Close the connection", parse_quit)
+    },
+    CommandSpec {
+        flags: NO_AUTH_FLAGS,
+        acl_categories: FAST_CONNECTION,
+        ..command(
+            "reset",
+            1,
+            "connection",
+            "Reset the connection: RESP2, no name",
+            parse_reset,
+        )
+    },
+    CommandSpec {
+        flags: &["loading", "stale", "fast"],
+        acl_categories: FAST_CONNECTION,
+        args: &[arg("index", ArgKind::Integer)],
+        ..command(
+            "select",
+            2,
+            "connection",
+            "Select the database; only database 0 exists",
+            parse_select,
+        )
+    },
+    CommandSpec {
+        acl_categories: &["@slow"],
+        complexity: "Depends on subcommand.",
+        subcommands: CLIENT_SUBCOMMANDS,
+        ..command(
+            "client",
+            -2,
+            "connection",
+            "A container for client connection commands",
+            unreachable_container,
+        )
+    },
+    CommandSpec {
+        flags: &["loading", "stale"],
+        acl_categories: SLOW_CONNECTION,
+        complexity: "O(N) where N is the total number of commands",
+        subcommands: COMMAND_SUBCOMMANDS,
+        ..command(
+            "command",
+            -1,
+            "server",
+            "Return details about every command",
+            parse_command_all,
+        )
+    },
+    CommandSpec {
+        acl_categories: &["@slow"],
+        complexity: "Depends on subcommand.",
+        subcommands: CONFIG_SUBCOMMANDS,
+        ..command(
+            "config",
+            -2,
+            "server",
+            "A container for server configuration commands",
+            unreachable_container,
+        )
+    },
+    CommandSpec {
+        flags: &["loading", "stale", "fast"],
+        acl_categories: &["@fast"],
+        ..command(
+            "time",
+            1,
+            "server",
+            "Return the server's wall-clock time",
+            parse_time,
+        )
+    },
+    CommandSpec {
+        flags: &[
+            "admin",
+            "noscript",
+            "loading",
+            "stale",
+            "no_multi",
+            "allow_busy",
+        ],
+        acl_categories: &["@admin", "@slow", "@dangerous"],
+        args: &[
+            optional(group(
+                "nosave_save",
+                ArgKind::OneOf,
+                &[word("nosave", "NOSAVE"), word("save", "SAVE")],
+            )),
+            optional(word("now", "NOW")),
+            optional(word("force", "FORCE")),
+            optional(word("abort", "ABORT")),
+        ],
+        ..command(
+            "shutdown",
+            -1,
+            "server",
+            "Flush the token ceiling and stop the server",
+            parse_shutdown,
+        )
+    },
+];
+
+static CLIENT_SUBCOMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        flags: CONNECTION_FLAGS,
+        acl_categories: SLOW_CONNECTION,
+        ..command(
+            "getname",
+            2,
+            "connection",
+            "Return the name of the connection",
+            parse_client_getname,
+        )
+    },
+    CommandSpec {
+        flags: CONNECTION_FLAGS,
+        acl_categories: SLOW_CONNECTION,
+        args: &[arg("connection-name", ArgKind::String)],
+        ..command(
+            "setname",
+            3,
+            "connection",
+            "Set the name of the connection",
+            parse_client_setname,
+        )
+    },
+    CommandSpec {
+        flags: CONNECTION_FLAGS,
+        acl_categories: SLOW_CONNECTION,
+        ..command(
+            "id",
+            2,
+            "connection",
+            "Return the ID of the connection",
+            parse_client_id,
+        )
+    },
+    CommandSpec {
+        flags: CONNECTION_FLAGS,
+        acl_categories: SLOW_CONNECTION,
+        args: &[group(
+            "attr",
+            ArgKind::OneOf,
+            &[
+                token("LIB-NAME", arg("libname", ArgKind::String)),
+                token("LIB-VER", arg("libver", ArgKind::String)),
+            ],
+        )],
+        ..command(
+            "setinfo",
+            4,
+            "connection",
+            "Set client library name or version for this connection",
+            parse_client_setinfo,
+        )
+    },
+    CommandSpec {
+        flags: CONNECTION_FLAGS,
+        acl_categories: SLOW_CONNECTION,
+        ..command(
+            "info",
+            2,
+            "connection",
+            "Return information about this connection",
+            parse_client_info,
+        )
+    },
+    CommandSpec {
+        flags: &["admin", "noscript", "loading", "stale"],
+        acl_categories: &["@admin", "@slow", "@dangerous", "@connection"],
+        complexity: "O(N) where N is the number of client connections",
+        args: &[
+            optional(token(
+                "TYPE",
+                group(
+                    "client-type",
+                    ArgKind::OneOf,
+                    &[
+                        word("normal", "NORMAL"),
+                        word("master", "MASTER"),
+                        word("replica", "REPLICA"),
+                        word("pubsub", "PUBSUB"),
+                    ],
+                ),
+            )),
+            optional(token("ID", multiple(arg("client-id", ArgKind::Integer)))),
+        ],
+        ..command(
+            "list",
+            -2,
+            "connection",
+            "List the open connections",
+            parse_client_list,
+        )
+    },
+    CommandSpec {
+        flags: &["loading", "stale"],
+        acl_categories: SLOW_CONNECTION,
+        ..command(
+            "help",
+            2,
+            "connection",
+            "Show helpful text about the different subcommands",
+            parse_client_help,
+        )
+    },
+];
+
+static COMMAND_SUBCOMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        flags: &["loading", "stale"],
+        acl_categories: SLOW_CONNECTION,
+        ..command(
+            "count",
+            2,
+            "server",
+            "Return the number of commands",
+            parse_command_count,
+        )
+    },
+    CommandSpec {
+        flags: &["loading", "stale"],
+        acl_categories: SLOW_CONNECTION,
+        complexity: "O(N) where N is the number of commands to look up",
+        args: &[optional(multiple(arg("command-name", ArgKind::String)))],
+        ..command(
+            "docs",
+            -2,
+            "server",
+            "Return documentary information about commands",
+            parse_command_docs,
+        )
+    },
+    CommandSpec {
+        flags: &["loading", "stale"],
+        acl_categories: SLOW_CONNECTION,
+        complexity: "O(N) where N is the number of commands to look up",
+        args: &[optional(multiple(arg("command-name", ArgKind::String)))],
+        ..command(
+            "info",
+            -2,
+            "server",
+            "Return information about commands",
+            parse_command_info,
+        )
+    },
+    CommandSpec {
+        flags: &["loading", "stale"],
+        acl_categories: SLOW_CONNECTION,
+        complexity: "O(N) where N is the total number of commands",
+        ..command(
+            "list",
+            -2,
+            "server",
+            "Return the names of all commands",
+            parse_command_list,
+        )
+    },
+    CommandSpec {
+        flags: &["loading", "stale"],
+        acl_categories: SLOW_CONNECTION,
+        ..command(
+            "help",
+            2,
+            "server",
+            "Show helpful text about the different subcommands",
+            parse_command_help,
+        )
+    },
+];
+
+static CONFIG_SUBCOMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        flags: &["admin", "noscript", "loading", "stale"],
+        acl_categories: &["@admin", "@slow", "@dangerous"],
+        complexity: "O(N) when N is the number of configuration parameters provided",
+        args: &[multiple(arg("parameter", ArgKind::Pattern))],
+        ..command(
+            "get",
+            -3,
+            "server",
+            "Return the values of configuration parameters matching glob patterns",
+            parse_config_get,
+        )
+    },
+    CommandSpec {
+        flags: &["loading", "stale"],
+        acl_categories: &["@slow"],
+        ..command(
+            "help",
+            2,
+            "server",
+            "Show helpful text about the different subcommands",
+            parse_config_help,
+        )
+    },
+];
+
+pub const CLIENT_HELP: &[&str] = &[
+    "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "GETNAME",
+    "    Return the name of the current connection.",
+    "ID",
+    "    Return the ID of the current connection.",
+    "INFO",
+    "    Return information about the current client connection.",
+    "LIST [TYPE <normal|master|replica|pubsub>] [ID <id> [<id> ...]]",
+    "    Return information about client connections.",
+    "SETINFO <LIB-NAME|LIB-VER> <value>",
+    "    Set client library name or version for the current connection.",
+    "SETNAME <name>",
+    "    Assign the name <name> to the current connection.",
+    "HELP",
+    "    Print this help.",
+];
+
+pub const COMMAND_HELP: &[&str] = &[
+    "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "(no subcommand)",
+    "    Return details about all commands.",
+    "COUNT",
+    "    Return the total number of commands in this server.",
+    "LIST",
+    "    Return a list of all commands in this server.",
+    "INFO [<command-name> ...]",
+    "    Return details about multiple commands.",
+    "    If no command names are given, details for all commands are returned.",
+    "DOCS [<command-name> ...]",
+    "    Return documentation details about multiple commands.",
+    "    If no command names are given, documentation for all commands is returned.",
+    "HELP",
+    "    Print this help.",
+];
+
+pub const CONFIG_HELP: &[&str] = &[
+    "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "GET <pattern>",
+    "    Return parameters matching the glob-like <pattern> and their values.",
+    "HELP",
+    "    Print this help.",
+];
