@@ -173,14 +173,17 @@ pub fn syntax(parent: Option<&CommandSpec>, spec: &CommandSpec) -> String {
 }
 
 fn arg_syntax(arg: &Arg) -> String {
-    let inner = match arg.kind {
+    let mut text = match arg.kind {
         ArgKind::PureToken => String::new(),
-        ArgKind::OneOf => arg
-            .args
-            .iter()
-            .map(arg_syntax)
-            .collect::<Vec<_>>()
-            .join("|"),
+        ArgKind::OneOf => {
+            let choices: Vec<String> = arg.args.iter().map(arg_syntax).collect();
+            let choices = choices.join(" | ");
+            if arg.optional {
+                choices
+            } else {
+                format!("<{choices}>")
+            }
+        }
         ArgKind::Block => arg
             .args
             .iter()
@@ -189,14 +192,15 @@ fn arg_syntax(arg: &Arg) -> String {
             .join(" "),
         _ => arg.name.to_string(),
     };
-    let mut text = match (arg.token, inner.is_empty()) {
-        (Some(token), true) => token.to_string(),
-        (Some(token), false) => format!("{token} {inner}"),
-        (None, _) => inner,
-    };
+    // A repeated argument repeats its value, not the word before it.
     if arg.multiple {
         text = format!("{text} [{text} ...]");
     }
+    let text = match (arg.token, text.is_empty()) {
+        (Some(token), true) => token.to_string(),
+        (Some(token), false) => format!("{token} {text}"),
+        (None, _) => text,
+    };
     if arg.optional {
         format!("[{text}]")
     } else {
@@ -207,6 +211,8 @@ fn arg_syntax(arg: &Arg) -> String {
 /// Every command's usage line, for the documentation check.
 pub fn all_syntax() -> Vec<String> {
     all_specs()
+        // A container has no usage of its own unless it runs bare.
+        .filter(|(_, spec)| spec.subcommands.is_empty() || spec.arity == -1)
         .map(|(parent, spec)| syntax(parent, spec))
         .collect()
 }

@@ -108,7 +108,11 @@ fn acquire_errors_are_redis_worded() {
 #[test]
 fn tokens_are_positive_integers() {
     assert_eq!(
-        lease(&["LEASE.RELEASE", "r:w:9223372036854775807", "9223372036854775807"]),
+        lease(&[
+            "LEASE.RELEASE",
+            "r:w:9223372036854775807",
+            "9223372036854775807"
+        ]),
         LeaseCommand::Release {
             lease_id: b("r:w:9223372036854775807"),
             token: i64::MAX as u64
@@ -215,7 +219,10 @@ fn hello_checks_version_and_options() {
             set_name: Some(b("me")),
         })
     );
-    assert_eq!(error_of(&["HELLO", "4"]), "NOPROTO unsupported protocol version");
+    assert_eq!(
+        error_of(&["HELLO", "4"]),
+        "NOPROTO unsupported protocol version"
+    );
     assert_eq!(
         error_of(&["HELLO", "three"]),
         "ERR Protocol version is not an integer or out of range"
@@ -240,7 +247,10 @@ fn ping_select_auth_and_shutdown() {
         "ERR value is not an integer or out of range"
     );
     assert_eq!(error_of(&["AUTH", "a", "b", "c"]), "ERR syntax error");
-    assert_eq!(parse_words(&["SHUTDOWN", "NOSAVE", "now"]), Ok(Command::Shutdown));
+    assert_eq!(
+        parse_words(&["SHUTDOWN", "NOSAVE", "now"]),
+        Ok(Command::Shutdown)
+    );
     assert_eq!(error_of(&["SHUTDOWN", "LATER"]), "ERR syntax error");
 }
 
@@ -252,13 +262,20 @@ fn syntax_lines_come_from_the_table() {
     assert!(lines.contains(&"LEASE.VALIDATE run lease_id token [now]".to_string()));
     assert!(lines.contains(&"LEASE.RELEASE lease_id token".to_string()));
     assert!(lines.contains(&"LEASE.GET run [now]".to_string()));
-    assert!(lines.contains(&"SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]".to_string()));
+    assert!(lines.contains(
+        &"CLIENT LIST [TYPE <NORMAL | MASTER | REPLICA | PUBSUB>] [ID client-id [client-id ...]]"
+            .to_string()
+    ));
+    assert!(lines.contains(&"CLIENT SETINFO <LIB-NAME libname | LIB-VER libver>".to_string()));
+    assert!(!lines.contains(&"CLIENT".to_string()));
+    assert!(lines.contains(&"SHUTDOWN [NOSAVE | SAVE] [NOW] [FORCE] [ABORT]".to_string()));
 }
 
 #[test]
 fn every_documented_command_is_in_the_reference() {
-    let reference = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/commands.md"))
-        .expect("docs/commands.md exists");
+    let reference =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/commands.md"))
+            .expect("docs/commands.md exists");
     for line in docs::all_syntax() {
         assert!(
             reference.contains(&format!("`{line}`")),
