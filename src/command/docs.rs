@@ -178,7 +178,8 @@ fn arg_syntax(arg: &Arg) -> String {
         ArgKind::OneOf => {
             let choices: Vec<String> = arg.args.iter().map(arg_syntax).collect();
             let choices = choices.join(" | ");
-            if arg.optional {
+            // Brackets alone show an optional choice; otherwise it needs <>.
+            if arg.optional && arg.token.is_none() {
                 choices
             } else {
                 format!("<{choices}>")
