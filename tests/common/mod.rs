@@ -1,0 +1,238 @@
+//! Starts the real `leased` binary on a free port with its own data
+//! directory, for tests that drive it over TCP like any client would.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const BINARY: &str = env!("CARGO_BIN_EXE_leased");
+
+/// A running server. Killed (SIGKILL) when dropped if still running.
+pub struct Server {
+    child: Child,
+    pub port: u16,
+    pub dir: PathBuf,
+    log: Arc<Mutex<String>>,
+    /// Keeps the temporary data directory alive, when the test made none.
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl Server {
+    /// A server with a fresh data directory and default settings.
+    pub fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// A server with a fresh data directory and extra `--directive value` arguments.
+    pub fn start_with(args: &[&str]) -> Server {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let dir = temp.path().join("data");
+        let mut server = Server::start_in(&dir, args).expect("server starts");
+        server._temp = Some(temp);
+        server
+    }
+
+    /// A server on `dir` (kept by the caller, so a restart can reuse it).
+    /// Returns the server's output if it exits instead of becoming ready.
+    pub fn start_in(dir: &Path, args: &[&str]) -> Result<Server, String> {
+        let mut command = Command::new(BINARY);
+        command
+            .args(["--port", "0", "--dir"])
+            .arg(dir)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        Server::spawn(command, dir)
+    }
+
+    /// Spawns `command` (which must start leased) and waits for readiness.
+    pub fn spawn(mut command: Command, dir: &Path) -> Result<Server, String> {
+        let mut child = command.spawn().expect("spawn leased");
+        let log = Arc::new(Mutex::new(String::new()));
+        let (ready_tx, ready_rx) = mpsc::channel();
+        collect_output(child.stdout.take().unwrap(), log.clone(), Some(ready_tx));
+        collect_output(child.stderr.take().unwrap(), log.clone(), None);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(port) = ready_rx.recv_timeout(Duration::from_millis(20)) {
+                return Ok(Server {
+                    child,
+                    port,
+                    dir: dir.to_path_buf(),
+                    log,
+                    _temp: None,
+                });
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                std::thread::sleep(Duration::from_millis(100));
+                let output = log.lock().unwrap().clone();
+                return Err(format!("leased exited with {status} before ready:\n{output}"));
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let output = log.lock().unwrap().clone();
+                return Err(format!("leased not ready after 20s:\n{output}"));
+            }
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn url_resp3(&self) -> String {
+        format!("redis://127.0.0.1:{}/?protocol=resp3", self.port)
+    }
+
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).unwrap()
+    }
+
+    pub fn client_resp3(&self) -> redis::Client {
+        redis::Client::open(self.url_resp3()).unwrap()
+    }
+
+    /// A blocking RESP2 connection.
+    pub fn connect(&self) -> redis::Connection {
+        self.client().get_connection().expect("connect")
+    }
+
+    /// A blocking RESP3 connection.
+    pub fn connect_resp3(&self) -> redis::Connection {
+        self.client_resp3().get_connection().expect("connect resp3")
+    }
+
+    /// A raw TCP socket to the server.
+    pub fn raw(&self) -> TcpStream {
+        let stream = TcpStream::connect(("127.0.0.1", self.port)).expect("tcp connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream
+    }
+
+    /// Everything the server printed so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` (e.g. "TERM", "INT", "KILL") to the server.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
+    /// Waits for the server to exit, at most `timeout`.
+    pub fn wait(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                // Let the output threads catch the last lines.
+                std::thread::sleep(Duration::from_millis(50));
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("leased did not exit within {timeout:?}:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// kill -9, and wait for the process to be gone.
+    pub fn kill9(&mut self) {
+        self.signal("KILL");
+        self.wait(Duration::from_secs(10));
+    }
+
+    /// SIGTERM, expecting a clean exit with code 0.
+    pub fn stop(&mut self) {
+        self.signal("TERM");
+        let status = self.wait(Duration::from_secs(10));
+        assert!(status.success(), "exit status {status}:\n{}", self.log());
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Copies a stream of the server's output into `log`; the first readiness
+/// line's port goes to `ready`.
+fn collect_output(
+    stream: impl Read + Send + 'static,
+    log: Arc<Mutex<String>>,
+    ready: Option<mpsc::Sender<u16>>,
+) {
+    std::thread::spawn(move || {
+        let mut ready = ready;
+        for line in BufReader::new(stream).lines() {
+            let Ok(line) = line else { break };
+            if let Some(port) = ready_port(&line) {
+                if let Some(tx) = ready.take() {
+                    let _ = tx.send(port);
+                }
+            }
+            let mut log = log.lock().unwrap();
+            log.push_str(&line);
+            log.push('\n');
+        }
+    });
+}
+
+/// The port in `Ready to accept connections on 127.0.0.1:PORT`.
+fn ready_port(line: &str) -> Option<u16> {
+    let rest = line.split("Ready to accept connections on ").nth(1)?;
+    let first = rest.split(',').next()?.trim();
+    first.rsplit(':').next()?.parse().ok()
+}
+
+/// Sends raw bytes and reads until `expected` bytes have arrived (or the
+/// read times out), returning what came back.
+pub fn exchange(stream: &mut TcpStream, request: &[u8], expected: usize) -> Vec<u8> {
+    stream.write_all(request).unwrap();
+    read_at_least(stream, expected)
+}
+
+pub fn read_at_least(stream: &mut TcpStream, expected: usize) -> Vec<u8> {
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 65536];
+    while reply.len() < expected {
+        match stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => reply.extend_from_slice(&chunk[..n]),
+            Err(_) => break,
+        }
+    }
+    reply
+}
+
+/// A request in RESP multibulk form.
+pub fn resp(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
