@@ -174,7 +174,12 @@ impl Registry {
         let Some(entry) = self.leases.get_mut(run_id) else {
             return false;
         };
-        if !id_matches(lease_id, run_id, entry) || entry.expires_at <= now {
+        // The index holds current leases only, but check the token anyway:
+        // a stale token must never extend a lease.
+        if entry.fencing_token != fencing_token
+            || !id_matches(lease_id, run_id, entry)
+            || entry.expires_at <= now
+        {
             return false;
         }
         entry.expires_at = now + entry.ttl;
@@ -203,10 +208,9 @@ impl Registry {
         let Some(run_id) = self.runs_by_token.get(&fencing_token) else {
             return false;
         };
-        let matches = self
-            .leases
-            .get(run_id)
-            .is_some_and(|entry| id_matches(lease_id, run_id, entry));
+        let matches = self.leases.get(run_id).is_some_and(|entry| {
+            entry.fencing_token == fencing_token && id_matches(lease_id, run_id, entry)
+        });
         if matches {
             let run_id = self
                 .runs_by_token

@@ -18,6 +18,8 @@ use std::ops::Range;
 
 use bytes::{Buf, Bytes, BytesMut};
 
+use crate::number::parse_i64;
+
 /// How many argument slots a multibulk reserves before its arguments arrive.
 /// The announced count is only a claim, which costs the client nothing to
 /// make, so beyond this the vector grows with the arguments really received.
@@ -204,41 +206,6 @@ fn scan_line(buf: &[u8], start: usize, scanned: &mut usize, end: u8, max: usize)
         Scan::TooLong
     } else {
         Scan::Incomplete
-    }
-}
-
-/// Parses a number exactly as Redis's `string2ll` does: an optional `-`,
-/// then digits without leading zeros (only "0" itself starts with 0), nothing
-/// else, and within `i64`.
-fn parse_i64(text: &[u8]) -> Option<i64> {
-    // string2ll refuses anything longer than the longest i64, "-9223372036854775808".
-    if text.is_empty() || text.len() > 20 {
-        return None;
-    }
-    if text == b"0" {
-        return Some(0);
-    }
-    let (negative, digits) = match text.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        _ => (false, text),
-    };
-    match digits.first() {
-        Some(b'1'..=b'9') => {}
-        _ => return None,
-    }
-    let mut magnitude: u64 = 0;
-    for &d in digits {
-        if !d.is_ascii_digit() {
-            return None;
-        }
-        magnitude = magnitude
-            .checked_mul(10)?
-            .checked_add(u64::from(d - b'0'))?;
-    }
-    if negative {
-        0i64.checked_sub_unsigned(magnitude)
-    } else {
-        i64::try_from(magnitude).ok()
     }
 }
 
@@ -1335,33 +1302,6 @@ mod tests {
             assert_eq!(error.message(), message);
             assert_eq!(error.to_string(), message);
             assert!(!message.contains(['\r', '\n']));
-        }
-    }
-
-    #[test]
-    fn parse_i64_matches_string2ll() {
-        assert_eq!(parse_i64(b"0"), Some(0));
-        assert_eq!(parse_i64(b"7"), Some(7));
-        assert_eq!(parse_i64(b"-7"), Some(-7));
-        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
-        assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
-        for bad in [
-            &b""[..],
-            b"-",
-            b"+1",
-            b"-0",
-            b"00",
-            b"01",
-            b" 1",
-            b"1 ",
-            b"1.0",
-            b"9223372036854775808",
-            b"-9223372036854775809",
-            b"18446744073709551616",
-            b"00000000000000000001",
-            b"123456789012345678901",
-        ] {
-            assert_eq!(parse_i64(bad), None, "{:?}", bad.escape_ascii().to_string());
         }
     }
 
