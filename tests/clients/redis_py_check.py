@@ -1,0 +1,95 @@
+"""Drives a running leased with redis-py 5, over RESP2 and RESP3.
+
+Usage: python3 redis_py_check.py PORT
+
+Exits non-zero (with a traceback) on the first reply that breaks the
+contract. Run by tests/python_client.rs against a freshly started server.
+"""
+
+import sys
+
+import redis
+
+
+def check(port: int, protocol: int, run: str) -> None:
+    r = redis.Redis(host="127.0.0.1", port=port, protocol=protocol)
+    assert r.ping() is True
+    # redis-py sends CLIENT SETINFO on connect; the server must have kept it.
+    client = r.client_info()
+    assert client["lib-name"] == "redis-py", client
+    assert client["resp"] == str(protocol), client
+
+    lease = r.execute_command("LEASE.ACQUIRE", run, "worker-a", "100")
+    if protocol == 3:
+        # A map, keys in the contract's order, typed values.
+        assert isinstance(lease, dict), lease
+        assert list(lease.keys()) == [
+            b"run_id",
+            b"worker_id",
+            b"lease_id",
+            b"fencing_token",
+            b"expires_at",
+        ], lease
+        fields = lease
+        assert isinstance(fields[b"fencing_token"], int)
+        assert isinstance(fields[b"expires_at"], float)
+        assert fields[b"expires_at"] == 110.0
+    else:
+        # A flat array of key/value pairs; expires_at as a bulk string.
+        assert isinstance(lease, list) and len(lease) == 10, lease
+        fields = dict(zip(lease[0::2], lease[1::2]))
+        assert fields[b"expires_at"] == b"110", fields
+    token = fields[b"fencing_token"]
+    lease_id = fields[b"lease_id"]
+    assert fields[b"run_id"] == run.encode()
+    assert lease_id == f"{run}:worker-a:{token}".encode()
+
+    assert r.execute_command("LEASE.ACQUIRE", run, "worker-b", "105") is None
+    assert r.execute_command("LEASE.HEARTBEAT", lease_id, token, "105") == 1
+    assert r.execute_command("LEASE.VALIDATE", run, lease_id, token, "114") == 1
+    got = r.execute_command("LEASE.GET", run, "120")
+    if protocol == 3:
+        assert got[b"expired"] == 1 and got[b"expires_at"] == 115.0, got
+    else:
+        assert got[-2:] == [b"expired", 1], got
+    assert r.execute_command("LEASE.HEARTBEAT", lease_id, token, "120") == 0
+    assert r.execute_command("LEASE.RELEASE", lease_id, token) == 1
+    assert r.execute_command("LEASE.GET", run) is None
+
+    try:
+        r.execute_command("LEASE.HEARTBEAT", lease_id, "zero")
+        raise AssertionError("a bad token must be an error")
+    except redis.ResponseError as error:
+        assert str(error) == "value is not an integer or out of range", error
+    try:
+        r.execute_command("LEASE.ACQUIRE", run)
+        raise AssertionError("wrong arity must be an error")
+    except redis.ResponseError as error:
+        assert "wrong number of arguments for 'lease.acquire' command" in str(error)
+    # Errors leave the connection usable.
+    assert r.ping() is True
+
+    pipe = r.pipeline(transaction=False)
+    for i in range(100):
+        pipe.execute_command("LEASE.ACQUIRE", f"{run}-p{i}", "w", "0")
+    replies = pipe.execute()
+    tokens = [
+        (reply[b"fencing_token"] if protocol == 3 else reply[7]) for reply in replies
+    ]
+    assert tokens == list(range(tokens[0], tokens[0] + 100)), tokens
+
+    info = r.info()
+    assert info["redis_mode"] == "standalone", info
+    assert "leases" in r.info("leases")
+    r.close()
+
+
+def main() -> None:
+    port = int(sys.argv[1])
+    check(port, 2, "py-run-resp2")
+    check(port, 3, "py-run-resp3")
+    print("redis-py", redis.__version__, "ok")
+
+
+if __name__ == "__main__":
+    main()
