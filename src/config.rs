@@ -1,10 +1,19 @@
 //! Configuration: the directive table, the redis.conf-style file and the
 //! `--directive value` overrides, and `CONFIG GET`.
-//! (Interface stub: implemented in its own change.)
+//!
+//! One table, `DIRECTIVES`, drives all of them and `--help`, so the file,
+//! the command line and `CONFIG GET` cannot disagree about a directive's
+//! name, default or syntax. Adding a directive is a field and a row.
 
 use std::ffi::OsString;
 use std::fmt;
-use std::path::PathBuf;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use clap::builder::ValueRange;
+use clap::{Arg, ArgMatches, Command};
+
+use crate::glob;
 
 /// Redis's log levels, mapped onto `tracing` levels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,13 +25,42 @@ pub enum LogLevel {
     Nothing,
 }
 
+impl LogLevel {
+    const ALL: [LogLevel; 5] = [
+        LogLevel::Debug,
+        LogLevel::Verbose,
+        LogLevel::Notice,
+        LogLevel::Warning,
+        LogLevel::Nothing,
+    ];
+
+    /// The name used in the file, on the command line and by `CONFIG GET`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Verbose => "verbose",
+            LogLevel::Notice => "notice",
+            LogLevel::Warning => "warning",
+            LogLevel::Nothing => "nothing",
+        }
+    }
+
+    /// Case-insensitive, as Redis reads its enum directives.
+    fn from_name(name: &str) -> Option<LogLevel> {
+        LogLevel::ALL
+            .into_iter()
+            .find(|level| level.as_str().eq_ignore_ascii_case(name))
+    }
+}
+
 /// The server's settings, after the file and the command line.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// TCP port; 0 picks a free one.
     pub port: u16,
-    /// Addresses to listen on.
-    pub bind: Vec<String>,
+    /// Addresses to listen on, already parsed so the server cannot be
+    /// handed a name it would have to resolve or reject.
+    pub bind: Vec<IpAddr>,
     /// Data directory: the token ceiling and the lock live here.
     pub dir: PathBuf,
     /// Default lease TTL in seconds.
@@ -51,10 +89,251 @@ impl fmt::Display for ConfigError {
     }
 }
 
+impl std::error::Error for ConfigError {}
+
+/// How many arguments follow a directive's name.
+#[derive(Clone, Copy)]
+enum Arity {
+    One,
+    OneOrMore,
+}
+
+impl Arity {
+    fn check(self, name: &str, given: usize) -> Result<(), String> {
+        let (fits, expected) = match self {
+            Arity::One => (given == 1, "1"),
+            Arity::OneOrMore => (given >= 1, "at least 1"),
+        };
+        if fits {
+            Ok(())
+        } else {
+            Err(format!(
+                "wrong number of arguments for '{name}' (expected {expected}, got {given})"
+            ))
+        }
+    }
+
+    fn range(self) -> ValueRange {
+        match self {
+            Arity::One => ValueRange::new(1),
+            Arity::OneOrMore => ValueRange::new(1..),
+        }
+    }
+}
+
+/// One settable directive.
+struct Directive {
+    name: &'static str,
+    /// The arguments as they would be written in the file.
+    default: &'static [&'static str],
+    /// Shown in `--help` as `--name <VALUE_NAME>`.
+    value_name: &'static str,
+    help: &'static str,
+    arity: Arity,
+    /// Validates the arguments (already counted) and stores them.
+    set: fn(&mut Config, &[String]) -> Result<(), String>,
+    /// The value as `CONFIG GET` prints it.
+    show: fn(&Config) -> String,
+}
+
+/// Every settable directive, in the order `CONFIG GET` lists them.
+static DIRECTIVES: &[Directive] = &[
+    Directive {
+        name: "port",
+        default: &["6479"],
+        value_name: "PORT",
+        help: "TCP port to listen on; 0 picks a free one",
+        arity: Arity::One,
+        set: set_port,
+        show: |c| c.port.to_string(),
+    },
+    Directive {
+        name: "bind",
+        default: &["127.0.0.1"],
+        value_name: "ADDRESS",
+        help: "IPv4 or IPv6 addresses to listen on",
+        arity: Arity::OneOrMore,
+        set: set_bind,
+        show: show_bind,
+    },
+    Directive {
+        name: "dir",
+        default: &["./data"],
+        value_name: "PATH",
+        help: "Data directory, relative to the working directory",
+        arity: Arity::One,
+        set: set_dir,
+        show: |c| c.dir.display().to_string(),
+    },
+    Directive {
+        name: "lease-ttl",
+        default: &["10"],
+        value_name: "SECONDS",
+        help: "Default lease TTL in seconds (a finite number > 0)",
+        arity: Arity::One,
+        set: set_lease_ttl,
+        show: |c| c.lease_ttl.to_string(),
+    },
+    Directive {
+        name: "loglevel",
+        default: &["notice"],
+        value_name: "LEVEL",
+        help: "Log verbosity: debug, verbose, notice, warning or nothing",
+        arity: Arity::One,
+        set: set_loglevel,
+        show: |c| c.loglevel.as_str().to_owned(),
+    },
+];
+
+/// Settings that Redis tools query (redis-benchmark asks for `save` and
+/// `appendonly`) but that leased does not let anyone change: `CONFIG GET`
+/// answers them truthfully, while the file and the command line reject
+/// them as unknown. A name moves to `DIRECTIVES` once it can be set.
+static READ_ONLY: &[(&str, &str)] = &[
+    // No RDB snapshots, ever.
+    ("save", ""),
+    // No append-only log yet.
+    ("appendonly", "no"),
+    // One registry, like a single database.
+    ("databases", "1"),
+];
+
+fn set_port(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.port = parse_integer(&args[0])
+        .and_then(|n| u16::try_from(n).ok())
+        .ok_or("invalid port (expected an integer from 0 to 65535)")?;
+    Ok(())
+}
+
+fn set_bind(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.bind = args
+        .iter()
+        .map(|arg| {
+            arg.parse().map_err(|_| {
+                format!("invalid bind address '{arg}' (expected an IPv4 or IPv6 address)")
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(())
+}
+
+fn show_bind(config: &Config) -> String {
+    let addresses: Vec<String> = config.bind.iter().map(IpAddr::to_string).collect();
+    addresses.join(" ")
+}
+
+fn set_dir(config: &mut Config, args: &[String]) -> Result<(), String> {
+    if args[0].is_empty() {
+        return Err("invalid dir (expected a non-empty path)".into());
+    }
+    config.dir = PathBuf::from(&args[0]);
+    Ok(())
+}
+
+fn set_lease_ttl(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.lease_ttl = parse_float(&args[0])
+        .filter(|ttl| *ttl > 0.0)
+        .ok_or("invalid lease-ttl (expected a finite number of seconds greater than 0)")?;
+    Ok(())
+}
+
+fn set_loglevel(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.loglevel = LogLevel::from_name(&args[0])
+        .ok_or("invalid loglevel (expected one of: debug, verbose, notice, warning, nothing)")?;
+    Ok(())
+}
+
+/// An integer as Redis's `string2ll` reads one: optional `-`, digits, no
+/// `+`, no spaces, no leading zeros, so `0100` is not silently 100.
+fn parse_integer(text: &str) -> Option<i64> {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    let canonical = !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'))
+        && text != "-0";
+    if canonical { text.parse().ok() } else { None }
+}
+
+/// A number as Redis reads floats: no surrounding spaces, and finite
+/// (`inf`, `nan` and overflow such as `1e999` are refused).
+fn parse_float(text: &str) -> Option<f64> {
+    if text.trim() != text {
+        return None;
+    }
+    text.parse::<f64>().ok().filter(|value| value.is_finite())
+}
+
+fn lookup(name: &str) -> Option<&'static Directive> {
+    DIRECTIVES
+        .iter()
+        .find(|d| d.name.eq_ignore_ascii_case(name))
+}
+
+impl Directive {
+    fn apply(&self, config: &mut Config, args: &[String]) -> Result<(), String> {
+        self.arity.check(self.name, args.len())?;
+        (self.set)(config, args)
+    }
+
+    fn arg(&self) -> Arg {
+        Arg::new(self.name)
+            .long(self.name)
+            .value_name(self.value_name)
+            .num_args(self.arity.range())
+            // So `--lease-ttl -1` reaches the validator instead of being
+            // taken for an unknown flag.
+            .allow_negative_numbers(true)
+            .help(format!(
+                "{} [default: {}]",
+                self.help,
+                self.default.join(" ")
+            ))
+    }
+}
+
 impl Default for Config {
     fn default() -> Config {
-        todo!()
+        // Placeholders only: every field but `config_file` is then set from
+        // the table, through the same setters as the file.
+        let mut config = Config {
+            port: 0,
+            bind: Vec::new(),
+            dir: PathBuf::new(),
+            lease_ttl: 0.0,
+            loglevel: LogLevel::Notice,
+            config_file: None,
+        };
+        for directive in DIRECTIVES {
+            let args: Vec<String> = directive.default.iter().map(|&a| a.to_owned()).collect();
+            if let Err(what) = directive.apply(&mut config, &args) {
+                panic!("the default of '{}' is invalid: {what}", directive.name);
+            }
+        }
+        config
     }
+}
+
+/// The clap id of the positional file argument.
+const CONFIG_FILE: &str = "config_file";
+
+/// The command line: `leased [CONFIG_FILE] [--directive value ...]`.
+fn command() -> Command {
+    let file = Arg::new(CONFIG_FILE)
+        .value_name("CONFIG_FILE")
+        .value_parser(clap::value_parser!(PathBuf))
+        .help("A redis.conf-style file, read before the --directive options");
+    let command = Command::new("leased")
+        .version(env!("CARGO_PKG_VERSION"))
+        .about(env!("CARGO_PKG_DESCRIPTION"))
+        // The file comes first, or `--bind a b FILE` would take FILE for an
+        // address.
+        .override_usage("leased [CONFIG_FILE] [--DIRECTIVE VALUE ...]")
+        // The last `--port` wins, as with redis-server.
+        .args_override_self(true)
+        .arg(file);
+    DIRECTIVES
+        .iter()
+        .fold(command, |command, directive| command.arg(directive.arg()))
 }
 
 impl Config {
@@ -65,14 +344,592 @@ impl Config {
         I: IntoIterator<Item = T>,
         T: Into<OsString> + Clone,
     {
-        let _ = args;
-        todo!()
+        let matches = command()
+            .try_get_matches_from(args)
+            .map_err(ConfigError::Args)?;
+        let mut config = Config::default();
+        if let Some(path) = matches.get_one::<PathBuf>(CONFIG_FILE) {
+            config.load_file(path)?;
+            config.config_file = Some(path.clone());
+        }
+        config.apply_matches(&matches)?;
+        Ok(config)
     }
 
     /// `CONFIG GET`: every directive whose name matches `pattern`, with its
     /// value as Redis prints it, in table order.
     pub fn get(&self, pattern: &[u8]) -> Vec<(&'static str, String)> {
-        let _ = pattern;
-        todo!()
+        let wanted = |name: &str| glob::matches(pattern, name.as_bytes(), true);
+        let settable = DIRECTIVES
+            .iter()
+            .filter(|d| wanted(d.name))
+            .map(|d| (d.name, (d.show)(self)));
+        let fixed = READ_ONLY
+            .iter()
+            .filter(|(name, _)| wanted(name))
+            .map(|&(name, value)| (name, value.to_owned()));
+        settable.chain(fixed).collect()
+    }
+
+    fn load_file(&mut self, path: &Path) -> Result<(), ConfigError> {
+        let text = std::fs::read(path).map_err(|e| {
+            ConfigError::Invalid(format!("can't open config file '{}': {e}", path.display()))
+        })?;
+        self.apply_text(&path.display().to_string(), &text)
+    }
+
+    /// Applies redis.conf text; `source` names it in error messages.
+    fn apply_text(&mut self, source: &str, text: &[u8]) -> Result<(), ConfigError> {
+        for (index, line) in text.split(|&b| b == b'\n').enumerate() {
+            let line = line.trim_ascii();
+            if line.is_empty() || line[0] == b'#' {
+                continue;
+            }
+            self.apply_line(line).map_err(|what| {
+                let line = String::from_utf8_lossy(line);
+                ConfigError::Invalid(format!("{source}:{}: '{line}': {what}", index + 1))
+            })?;
+        }
+        Ok(())
+    }
+
+    fn apply_line(&mut self, line: &[u8]) -> Result<(), String> {
+        let args = split_args(line).ok_or("unbalanced quotes")?;
+        let args = args
+            .into_iter()
+            .map(String::from_utf8)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| "an argument is not valid UTF-8")?;
+        let Some((name, rest)) = args.split_first() else {
+            return Ok(());
+        };
+        let directive = lookup(name).ok_or_else(|| format!("unknown directive '{name}'"))?;
+        directive.apply(self, rest)
+    }
+
+    fn apply_matches(&mut self, matches: &ArgMatches) -> Result<(), ConfigError> {
+        for directive in DIRECTIVES {
+            let Some(values) = matches.get_many::<String>(directive.name) else {
+                continue;
+            };
+            let values: Vec<String> = values.cloned().collect();
+            directive.apply(self, &values).map_err(|what| {
+                let given = values.join(" ");
+                ConfigError::Invalid(format!(
+                    "command line: '--{} {given}': {what}",
+                    directive.name
+                ))
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// Splits a line into arguments as Redis's `sdssplitargs` does, so quoting
+/// means the same as in redis.conf: `"..."` with `\n \r \t \b \a \xHH`
+/// escapes, `'...'` with only `\'`, and a closing quote must end the
+/// argument. `None` for unbalanced quotes.
+fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
+    // Redis reads the line as a C string: a NUL byte ends it.
+    let mut rest = line.split(|&b| b == 0).next().unwrap_or_default();
+    let mut args = Vec::new();
+    loop {
+        while let [first, tail @ ..] = rest {
+            if !is_c_space(*first) {
+                break;
+            }
+            rest = tail;
+        }
+        if rest.is_empty() {
+            return Some(args);
+        }
+        let (arg, after) = next_arg(rest)?;
+        args.push(arg);
+        rest = after;
+    }
+}
+
+/// C's `isspace`, which includes vertical tab and form feed.
+fn is_c_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c)
+}
+
+/// One argument from the start of `text`; quotes may begin mid-argument
+/// (`a"b c"` is `ab c`), as in Redis.
+fn next_arg(mut text: &[u8]) -> Option<(Vec<u8>, &[u8])> {
+    let mut arg = Vec::new();
+    loop {
+        match text {
+            [] | [b' ' | b'\t' | b'\n' | b'\r', ..] => return Some((arg, text)),
+            [b'"', rest @ ..] => text = double_quoted(rest, &mut arg)?,
+            [b'\'', rest @ ..] => text = single_quoted(rest, &mut arg)?,
+            [b, rest @ ..] => {
+                arg.push(*b);
+                text = rest;
+            }
+        }
+    }
+}
+
+fn double_quoted<'a>(mut text: &'a [u8], arg: &mut Vec<u8>) -> Option<&'a [u8]> {
+    loop {
+        match text {
+            [b'\\', b'x', high, low, rest @ ..]
+                if high.is_ascii_hexdigit() && low.is_ascii_hexdigit() =>
+            {
+                arg.push(hex_value(*high) << 4 | hex_value(*low));
+                text = rest;
+            }
+            [b'\\', escaped, rest @ ..] => {
+                arg.push(unescape(*escaped));
+                text = rest;
+            }
+            [b'"', rest @ ..] => return after_closing_quote(rest),
+            [b, rest @ ..] => {
+                arg.push(*b);
+                text = rest;
+            }
+            [] => return None,
+        }
+    }
+}
+
+fn single_quoted<'a>(mut text: &'a [u8], arg: &mut Vec<u8>) -> Option<&'a [u8]> {
+    loop {
+        match text {
+            [b'\\', b'\'', rest @ ..] => {
+                arg.push(b'\'');
+                text = rest;
+            }
+            [b'\'', rest @ ..] => return after_closing_quote(rest),
+            [b, rest @ ..] => {
+                arg.push(*b);
+                text = rest;
+            }
+            [] => return None,
+        }
+    }
+}
+
+/// Redis refuses `"a"b`: a closing quote must be followed by a space or
+/// the end of the line.
+fn after_closing_quote(rest: &[u8]) -> Option<&[u8]> {
+    match rest.first() {
+        Some(&b) if !is_c_space(b) => None,
+        _ => Some(rest),
+    }
+}
+
+fn unescape(b: u8) -> u8 {
+    match b {
+        b'n' => b'\n',
+        b'r' => b'\r',
+        b't' => b'\t',
+        b'b' => 0x08,
+        b'a' => 0x07,
+        other => other,
+    }
+}
+
+fn hex_value(digit: u8) -> u8 {
+    match digit {
+        b'0'..=b'9' => digit - b'0',
+        b'a'..=b'f' => digit - b'a' + 10,
+        _ => digit - b'A' + 10,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn parse_text(text: &str) -> Result<Config, ConfigError> {
+        let mut config = Config::default();
+        config.apply_text("test.conf", text.as_bytes())?;
+        Ok(config)
+    }
+
+    fn invalid(text: &str) -> String {
+        match parse_text(text) {
+            Err(ConfigError::Invalid(message)) => message,
+            other => panic!("{text:?} gave {other:?}"),
+        }
+    }
+
+    fn conf_file(text: &str) -> tempfile::NamedTempFile {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        file.write_all(text.as_bytes()).unwrap();
+        file
+    }
+
+    fn args(list: &[&str]) -> Result<Config, ConfigError> {
+        Config::from_args(std::iter::once("leased").chain(list.iter().copied()))
+    }
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn defaults() {
+        let config = Config::default();
+        assert_eq!(config.port, 6479);
+        assert_eq!(config.bind, vec![ip("127.0.0.1")]);
+        assert_eq!(config.dir, PathBuf::from("./data"));
+        assert_eq!(config.lease_ttl, 10.0);
+        assert_eq!(config.loglevel, LogLevel::Notice);
+        assert_eq!(config.config_file, None);
+    }
+
+    #[test]
+    fn no_arguments_give_the_defaults() {
+        assert_eq!(args(&[]).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn file_with_comments_blank_lines_and_any_case() {
+        let config = parse_text(
+            "# a comment\n\n   # indented comment\nPORT 7000\r\nLease-TTL 2.5\n\tloglevel WARNING  \n",
+        )
+        .unwrap();
+        assert_eq!(config.port, 7000);
+        assert_eq!(config.lease_ttl, 2.5);
+        assert_eq!(config.loglevel, LogLevel::Warning);
+    }
+
+    #[test]
+    fn file_with_quotes() {
+        let config = parse_text("dir \"/tmp/with space\"\nbind '::1' \"127.0.0.1\"\n").unwrap();
+        assert_eq!(config.dir, PathBuf::from("/tmp/with space"));
+        assert_eq!(config.bind, vec![ip("::1"), ip("127.0.0.1")]);
+        assert_eq!(
+            parse_text("dir \"a\\x41\\tb\"").unwrap().dir,
+            PathBuf::from("aA\tb")
+        );
+        assert_eq!(
+            parse_text("dir 'it\\'s'").unwrap().dir,
+            PathBuf::from("it's")
+        );
+        assert_eq!(
+            parse_text("dir x\"y z\"").unwrap().dir,
+            PathBuf::from("xy z")
+        );
+    }
+
+    #[test]
+    fn multi_value_bind_and_later_lines_win() {
+        let config = parse_text("bind 127.0.0.1 ::1 10.0.0.1\nport 1\nport 2\n").unwrap();
+        assert_eq!(
+            config.bind,
+            vec![ip("127.0.0.1"), ip("::1"), ip("10.0.0.1")]
+        );
+        assert_eq!(config.port, 2);
+    }
+
+    #[test]
+    fn split_args_follows_sdssplitargs() {
+        let split = |line: &[u8]| split_args(line);
+        assert_eq!(
+            split(b"  a  b\t c "),
+            Some(vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()])
+        );
+        assert_eq!(split(b"\"\""), Some(vec![Vec::new()]));
+        assert_eq!(
+            split(b"\"\\n\\r\\t\\b\\a\\q\\\"\""),
+            Some(vec![b"\n\r\t\x08\x07q\"".to_vec()])
+        );
+        assert_eq!(split(b"\"\\xff\\x4\""), Some(vec![b"\xffx4".to_vec()]));
+        assert_eq!(split(b"'a\\nb'"), Some(vec![b"a\\nb".to_vec()]));
+        assert_eq!(split(b"a\x00b c"), Some(vec![b"a".to_vec()]));
+        assert_eq!(split(b"\"open"), None);
+        assert_eq!(split(b"'open"), None);
+        assert_eq!(split(b"\"a\"b"), None);
+        assert_eq!(split(b"'a'b"), None);
+    }
+
+    #[test]
+    fn bad_port_names_file_line_and_problem() {
+        let expected =
+            "test.conf:3: 'port abc': invalid port (expected an integer from 0 to 65535)";
+        assert_eq!(invalid("# c\n\nport abc\n"), expected);
+        for bad in ["65536", "-1", "+1", "08", "1.0", "-0", "\" 1\"", "\"\""] {
+            let message = invalid(&format!("port {bad}"));
+            assert!(message.starts_with("test.conf:1: 'port "), "{message}");
+            assert!(message.ends_with("invalid port (expected an integer from 0 to 65535)"));
+        }
+        assert_eq!(parse_text("port 0").unwrap().port, 0);
+        assert_eq!(parse_text("port 65535").unwrap().port, 65535);
+    }
+
+    #[test]
+    fn bad_bind_names_the_address() {
+        assert_eq!(
+            invalid("bind 127.0.0.1 localhost"),
+            "test.conf:1: 'bind 127.0.0.1 localhost': invalid bind address 'localhost' \
+             (expected an IPv4 or IPv6 address)"
+        );
+        assert!(invalid("bind 1.2.3").contains("'1.2.3'"));
+    }
+
+    #[test]
+    fn bad_lease_ttl() {
+        for bad in [
+            "0", "-1", "inf", "-inf", "nan", "abc", "1e999", "\" 1\"", "\"1 \"", "10s",
+        ] {
+            let message = invalid(&format!("lease-ttl {bad}"));
+            assert!(message.starts_with("test.conf:1: 'lease-ttl "), "{message}");
+            assert!(
+                message.ends_with(
+                    "invalid lease-ttl (expected a finite number of seconds greater than 0)"
+                ),
+                "{message}"
+            );
+        }
+        assert_eq!(parse_text("lease-ttl 1e3").unwrap().lease_ttl, 1000.0);
+        assert_eq!(parse_text("lease-ttl 0.001").unwrap().lease_ttl, 0.001);
+    }
+
+    #[test]
+    fn bad_loglevel_and_dir() {
+        assert_eq!(
+            invalid("loglevel loud"),
+            "test.conf:1: 'loglevel loud': invalid loglevel \
+             (expected one of: debug, verbose, notice, warning, nothing)"
+        );
+        assert_eq!(
+            invalid("dir \"\""),
+            "test.conf:1: 'dir \"\"': invalid dir (expected a non-empty path)"
+        );
+    }
+
+    #[test]
+    fn unknown_directives_including_read_only_ones() {
+        assert_eq!(
+            invalid("port 1\nmaxmemory 10mb"),
+            "test.conf:2: 'maxmemory 10mb': unknown directive 'maxmemory'"
+        );
+        assert_eq!(
+            invalid("save 900 1"),
+            "test.conf:1: 'save 900 1': unknown directive 'save'"
+        );
+        assert!(invalid("appendonly no").contains("unknown directive 'appendonly'"));
+        assert!(invalid("databases 1").contains("unknown directive 'databases'"));
+    }
+
+    #[test]
+    fn wrong_number_of_arguments() {
+        assert_eq!(
+            invalid("port 1 2"),
+            "test.conf:1: 'port 1 2': wrong number of arguments for 'port' (expected 1, got 2)"
+        );
+        assert_eq!(
+            invalid("\n\nbind"),
+            "test.conf:3: 'bind': wrong number of arguments for 'bind' (expected at least 1, got 0)"
+        );
+        assert!(invalid("dir").contains("for 'dir' (expected 1, got 0)"));
+    }
+
+    #[test]
+    fn unbalanced_quotes_and_bad_utf8() {
+        assert_eq!(
+            invalid("dir \"/tmp"),
+            "test.conf:1: 'dir \"/tmp': unbalanced quotes"
+        );
+        assert_eq!(
+            invalid("dir \"\\xff\""),
+            "test.conf:1: 'dir \"\\xff\"': an argument is not valid UTF-8"
+        );
+    }
+
+    #[test]
+    fn missing_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nope.conf");
+        let Err(ConfigError::Invalid(message)) = args(&[path.to_str().unwrap()]) else {
+            panic!("a missing file was accepted");
+        };
+        assert!(
+            message.starts_with(&format!("can't open config file '{}': ", path.display())),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn file_errors_name_the_file_path() {
+        let file = conf_file("port 1\nport x\n");
+        let path = file.path().to_str().unwrap();
+        let Err(ConfigError::Invalid(message)) = args(&[path]) else {
+            panic!("a bad file was accepted");
+        };
+        assert!(
+            message.starts_with(&format!("{path}:2: 'port x': ")),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn command_line_overrides_file() {
+        let file = conf_file("port 7000\nloglevel debug\nbind 10.0.0.1\n");
+        let path = file.path().to_str().unwrap();
+        let config = args(&[path, "--port", "7001", "--bind", "127.0.0.1", "::1"]).unwrap();
+        assert_eq!(config.port, 7001);
+        assert_eq!(config.loglevel, LogLevel::Debug);
+        assert_eq!(config.bind, vec![ip("127.0.0.1"), ip("::1")]);
+        assert_eq!(config.config_file, Some(PathBuf::from(path)));
+    }
+
+    #[test]
+    fn command_line_without_a_file() {
+        let config = args(&[
+            "--lease-ttl",
+            "2.5",
+            "--dir",
+            "/tmp/x",
+            "--port",
+            "1",
+            "--port",
+            "2",
+        ]);
+        let config = config.unwrap();
+        assert_eq!(config.lease_ttl, 2.5);
+        assert_eq!(config.dir, PathBuf::from("/tmp/x"));
+        assert_eq!(config.port, 2);
+        assert_eq!(config.config_file, None);
+    }
+
+    #[test]
+    fn bad_command_line_value_names_the_option() {
+        let Err(ConfigError::Invalid(message)) = args(&["--lease-ttl", "-1"]) else {
+            panic!("a negative TTL was accepted");
+        };
+        assert_eq!(
+            message,
+            "command line: '--lease-ttl -1': invalid lease-ttl \
+             (expected a finite number of seconds greater than 0)"
+        );
+    }
+
+    #[test]
+    fn unknown_flag_is_a_clap_error_naming_it() {
+        let Err(ConfigError::Args(error)) = args(&["--no-such-thing", "1"]) else {
+            panic!("an unknown flag was accepted");
+        };
+        assert_eq!(error.kind(), clap::error::ErrorKind::UnknownArgument);
+        assert!(error.to_string().contains("--no-such-thing"), "{error}");
+        let Err(ConfigError::Args(error)) = args(&["--save", ""]) else {
+            panic!("--save was accepted");
+        };
+        assert_eq!(error.kind(), clap::error::ErrorKind::UnknownArgument);
+    }
+
+    #[test]
+    fn help_and_version_come_from_clap() {
+        let Err(ConfigError::Args(help)) = args(&["--help"]) else {
+            panic!("--help did not stop");
+        };
+        assert_eq!(help.kind(), clap::error::ErrorKind::DisplayHelp);
+        let text = help.to_string();
+        for directive in DIRECTIVES {
+            assert!(text.contains(&format!("--{}", directive.name)), "{text}");
+            assert!(text.contains(directive.help), "{text}");
+        }
+        let Err(ConfigError::Args(version)) = args(&["--version"]) else {
+            panic!("--version did not stop");
+        };
+        assert_eq!(version.kind(), clap::error::ErrorKind::DisplayVersion);
+    }
+
+    #[test]
+    fn command_is_well_formed() {
+        command().debug_assert();
+    }
+
+    fn names(config: &Config, pattern: &str) -> Vec<&'static str> {
+        config
+            .get(pattern.as_bytes())
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect()
+    }
+
+    #[test]
+    fn config_get_all_in_table_order() {
+        let all = Config::default().get(b"*");
+        let expected = [
+            ("port", "6479"),
+            ("bind", "127.0.0.1"),
+            ("dir", "./data"),
+            ("lease-ttl", "10"),
+            ("loglevel", "notice"),
+            ("save", ""),
+            ("appendonly", "no"),
+            ("databases", "1"),
+        ];
+        let all: Vec<(&str, &str)> = all.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        assert_eq!(all, expected);
+    }
+
+    #[test]
+    fn config_get_patterns() {
+        let config = Config::default();
+        assert_eq!(config.get(b"port"), vec![("port", "6479".to_owned())]);
+        assert_eq!(config.get(b"PORT"), vec![("port", "6479".to_owned())]);
+        assert_eq!(names(&config, "*ttl*"), ["lease-ttl"]);
+        assert_eq!(names(&config, "appendonly"), ["appendonly"]);
+        assert_eq!(names(&config, "d*"), ["dir", "databases"]);
+        assert!(config.get(b"nosuch").is_empty());
+        assert!(config.get(b"").is_empty());
+    }
+
+    #[test]
+    fn config_get_prints_values_as_redis_does() {
+        let config = parse_text("bind 127.0.0.1 ::1\nlease-ttl 2.5\nloglevel VERBOSE").unwrap();
+        assert_eq!(
+            config.get(b"bind"),
+            vec![("bind", "127.0.0.1 ::1".to_owned())]
+        );
+        assert_eq!(
+            config.get(b"lease-ttl"),
+            vec![("lease-ttl", "2.5".to_owned())]
+        );
+        assert_eq!(
+            config.get(b"loglevel"),
+            vec![("loglevel", "verbose".to_owned())]
+        );
+    }
+
+    fn shipped_conf() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("conf/leased.conf")
+    }
+
+    #[test]
+    fn shipped_conf_gives_the_defaults() {
+        let path = shipped_conf();
+        let config = Config::from_args(["leased".as_ref(), path.as_os_str()]).unwrap();
+        assert_eq!(config.config_file.as_deref(), Some(path.as_path()));
+        assert_eq!(
+            Config {
+                config_file: None,
+                ..config
+            },
+            Config::default()
+        );
+    }
+
+    #[test]
+    fn shipped_conf_sets_every_directive() {
+        let text = std::fs::read_to_string(shipped_conf()).unwrap();
+        for directive in DIRECTIVES {
+            let set = text.lines().any(|line| {
+                let line = line.trim();
+                let args = split_args(line.as_bytes()).unwrap_or_default();
+                !line.starts_with('#')
+                    && args
+                        .first()
+                        .is_some_and(|name| name == directive.name.as_bytes())
+            });
+            assert!(set, "conf/leased.conf does not set '{}'", directive.name);
+        }
     }
 }
