@@ -18,6 +18,7 @@
 //! - [`reply`]: reply values and their RESP2/RESP3 encoding.
 //! - [`info`]: the `INFO` text.
 //! - [`number`]: numbers in arguments, parsed as Redis parses them.
+//! - [`splitargs`]: Redis's quoted-argument splitting, for inline requests and the config file.
 //! - [`glob`]: Redis's glob patterns, for `CONFIG GET`.
 
 pub mod ceiling;
@@ -32,3 +33,4 @@ pub mod registry;
 pub mod reply;
 pub mod request;
 pub mod server;
+pub mod splitargs;

@@ -157,8 +157,8 @@ impl ClientEntry {
 pub async fn bind(config: &Config) -> Result<Vec<TcpListener>, String> {
     let mut listeners = Vec::new();
     for address in &config.bind {
-        let target = format!("{}:{}", bracket_ipv6(address), config.port);
-        match TcpListener::bind(&target).await {
+        let target = SocketAddr::new(*address, config.port);
+        match TcpListener::bind(target).await {
             Ok(listener) => listeners.push(listener),
             Err(error) => {
                 return Err(format!(
@@ -168,14 +168,6 @@ pub async fn bind(config: &Config) -> Result<Vec<TcpListener>, String> {
         }
     }
     Ok(listeners)
-}
-
-fn bracket_ipv6(address: &str) -> String {
-    if address.contains(':') && !address.starts_with('[') {
-        format!("[{address}]")
-    } else {
-        address.to_string()
-    }
 }
 
 /// Serves clients on `listeners` until `shutdown` completes, a signal
