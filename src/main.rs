@@ -1,6 +1,7 @@
 //! `leased [CONFIG_FILE] [--directive value ...]`: parse the configuration,
 //! open the data directory, bind, and serve until shutdown.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use leased::ceiling::DataDir;
@@ -77,5 +78,6 @@ fn init_logging(level: LogLevel) {
     tracing_subscriber::fmt()
         .with_max_level(filter)
         .with_target(false)
+        .with_ansi(std::io::stdout().is_terminal())
         .init();
 }
