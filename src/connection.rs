@@ -19,7 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tracing::debug;
 
-use crate::command::{self, ClientAttr, ClientFilter, Command, docs};
+use crate::command::{self, ClientAttr, ClientFilter, Command, CommandName, docs};
 use crate::core::CoreHandle;
 use crate::reply::{Protocol, Reply};
 use crate::request::{Limits, RequestDecoder};
@@ -39,6 +39,8 @@ pub struct Connection {
     read_buf: BytesMut,
     write_buf: BytesMut,
     protocol: Protocol,
+    /// The last command run, for `CLIENT LIST`.
+    last_command: Option<CommandName>,
 }
 
 /// Where a request's reply comes from, and the protocol to encode it in.
@@ -74,6 +76,7 @@ impl Connection {
             read_buf: BytesMut::with_capacity(READ_CHUNK),
             write_buf: BytesMut::new(),
             protocol: Protocol::Resp2,
+            last_command: None,
         }
     }
 
@@ -110,6 +113,7 @@ impl Connection {
             }
 
             self.read_buf.reserve(READ_CHUNK);
+            self.report_status();
             let (mut reader, mut writer) = self.stream.split();
             tokio::select! {
                 _ = shutdown.cancelled() => {
@@ -130,6 +134,17 @@ impl Connection {
         }
     }
 
+    /// Publishes what `CLIENT LIST` shows of this connection.
+    fn report_status(&self) {
+        let mut meta = self.client.meta();
+        meta.last_active = self.client.connected.elapsed();
+        meta.last_command = self.last_command;
+        meta.query_buf = self.read_buf.len();
+        meta.query_buf_capacity = self.read_buf.capacity();
+        meta.output_pending = self.write_buf.len();
+        meta.output_capacity = self.write_buf.capacity();
+    }
+
     async fn flush(&mut self) -> io::Result<()> {
         self.stream.write_all_buf(&mut self.write_buf).await?;
         self.stream.flush().await
@@ -141,10 +156,9 @@ impl Connection {
         stats
             .total_commands_processed
             .fetch_add(requests.len() as u64, Ordering::Relaxed);
-        let active_ms = self.client.connected.elapsed().as_millis() as u64;
-        self.client
-            .last_active_ms
-            .store(active_ms, Ordering::Relaxed);
+        if let Some(name) = requests.last().and_then(|args| command::name_of(args)) {
+            self.last_command = Some(name);
+        }
 
         let mut slots = Vec::with_capacity(requests.len());
         let mut lease_commands = Vec::new();

@@ -21,6 +21,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
 use crate::ceiling::DataDir;
+use crate::command::CommandName;
 use crate::config::Config;
 use crate::connection::Connection;
 use crate::core::Core;
@@ -62,9 +63,8 @@ pub struct ClientEntry {
     pub local_addr: SocketAddr,
     pub fd: i32,
     pub connected: Instant,
-    /// Milliseconds since `connected` of the last request batch.
-    pub last_active_ms: AtomicU64,
-    /// What the client said about itself; changes rarely.
+    /// What the client said about itself and what its connection is doing;
+    /// the connection updates it once per batch of requests.
     pub meta: Mutex<ClientMeta>,
 }
 
@@ -74,6 +74,15 @@ pub struct ClientMeta {
     pub lib_name: Option<Bytes>,
     pub lib_ver: Option<Bytes>,
     pub protocol: Option<Protocol>,
+    /// Time since `connected` of the last batch of requests.
+    pub last_active: Duration,
+    pub last_command: Option<CommandName>,
+    /// Bytes read but not yet decoded, and the read buffer's size.
+    pub query_buf: usize,
+    pub query_buf_capacity: usize,
+    /// Reply bytes not yet written, and the write buffer's size.
+    pub output_pending: usize,
+    pub output_capacity: usize,
 }
 
 impl ClientTable {
@@ -85,7 +94,6 @@ impl ClientTable {
             local_addr,
             fd,
             connected: Instant::now(),
-            last_active_ms: AtomicU64::new(0),
             meta: Mutex::new(ClientMeta::default()),
         });
         self.lock().insert(id, entry.clone());
@@ -124,7 +132,10 @@ impl ClientEntry {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// One line of `CLIENT LIST` / `CLIENT INFO`, in Redis's format.
+    /// One line of `CLIENT LIST` / `CLIENT INFO`, with every field of
+    /// Redis 7's format: client libraries parse the numeric ones. Fields for
+    /// features leased does not have (pub/sub, MULTI, redirection) hold the
+    /// values Redis shows when they are unused.
     pub fn describe(&self) -> String {
         let meta = self.meta();
         let text = |value: &Option<Bytes>| {
@@ -134,11 +145,16 @@ impl ClientEntry {
                 .unwrap_or_default()
         };
         let age = self.connected.elapsed();
-        let last_active = Duration::from_millis(self.last_active_ms.load(Ordering::Relaxed));
-        let idle = age.saturating_sub(last_active);
+        let idle = age.saturating_sub(meta.last_active);
+        let command = meta
+            .last_command
+            .map_or("NULL".to_string(), |name| name.to_string());
+        let total_memory = meta.query_buf_capacity + meta.output_capacity;
         format!(
             "id={} addr={} laddr={} fd={} name={} age={} idle={} flags=N db=0 sub=0 psub=0 \
-             ssub=0 multi=-1 user=default resp={} lib-name={} lib-ver={}\n",
+             ssub=0 multi=-1 qbuf={} qbuf-free={} argv-mem=0 multi-mem=0 rbs={} rbp={} obl=0 \
+             oll=0 omem={} tot-mem={} events=r cmd={} user=default redir=-1 resp={} \
+             lib-name={} lib-ver={}\n",
             self.id,
             self.addr,
             self.local_addr,
@@ -146,6 +162,13 @@ impl ClientEntry {
             text(&meta.name),
             age.as_secs(),
             idle.as_secs(),
+            meta.query_buf,
+            meta.query_buf_capacity - meta.query_buf,
+            meta.query_buf_capacity,
+            meta.query_buf_capacity,
+            meta.output_pending,
+            total_memory,
+            command,
             meta.protocol.unwrap_or(Protocol::Resp2).version(),
             text(&meta.lib_name),
             text(&meta.lib_ver),

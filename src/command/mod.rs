@@ -127,6 +127,38 @@ pub fn parse(args: Vec<Bytes>) -> Result<Command, Reply> {
     (sub.parse)(&mut args)
 }
 
+/// The command a request names (a subcommand where it has one), known or
+/// not to the table; for `CLIENT LIST`'s `cmd=`.
+#[derive(Clone, Copy, Debug)]
+pub struct CommandName {
+    parent: Option<&'static CommandSpec>,
+    spec: &'static CommandSpec,
+}
+
+impl std::fmt::Display for CommandName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.parent {
+            Some(parent) => write!(f, "{}|{}", parent.name, self.spec.name),
+            None => f.write_str(self.spec.name),
+        }
+    }
+}
+
+/// Which known command `args` names, if any.
+pub fn name_of(args: &[Bytes]) -> Option<CommandName> {
+    let spec = table::lookup(table::COMMANDS, args.first()?)?;
+    let sub = args
+        .get(1)
+        .and_then(|name| table::lookup(spec.subcommands, name));
+    Some(match sub {
+        Some(sub) => CommandName {
+            parent: Some(spec),
+            spec: sub,
+        },
+        None => CommandName { parent: None, spec },
+    })
+}
+
 /// Redis's arity rule: positive means exactly that many arguments
 /// (counting the command name), negative means at least that many.
 fn check_arity(

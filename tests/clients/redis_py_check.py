@@ -11,7 +11,9 @@ import sys
 import redis
 
 
-def check(port: int, protocol: int, run: str) -> None:
+def check(port: int, protocol: int, run: str, t: int) -> None:
+    """Checks one protocol; `t` is a start time above any used before
+    (registry time never goes back)."""
     r = redis.Redis(host="127.0.0.1", port=port, protocol=protocol)
     assert r.ping() is True
     # redis-py sends CLIENT SETINFO on connect; the server must have kept it.
@@ -19,7 +21,7 @@ def check(port: int, protocol: int, run: str) -> None:
     assert client["lib-name"] == "redis-py", client
     assert client["resp"] == str(protocol), client
 
-    lease = r.execute_command("LEASE.ACQUIRE", run, "worker-a", "100")
+    lease = r.execute_command("LEASE.ACQUIRE", run, "worker-a", str(t))
     if protocol == 3:
         # A map, keys in the contract's order, typed values.
         assert isinstance(lease, dict), lease
@@ -33,28 +35,28 @@ def check(port: int, protocol: int, run: str) -> None:
         fields = lease
         assert isinstance(fields[b"fencing_token"], int)
         assert isinstance(fields[b"expires_at"], float)
-        assert fields[b"expires_at"] == 110.0
+        assert fields[b"expires_at"] == t + 10.0
     else:
         # A flat array of key/value pairs; expires_at as a bulk string.
         assert isinstance(lease, list) and len(lease) == 10, lease
         fields = dict(zip(lease[0::2], lease[1::2]))
-        assert fields[b"expires_at"] == b"110", fields
+        assert fields[b"expires_at"] == str(t + 10).encode(), fields
     token = fields[b"fencing_token"]
     lease_id = fields[b"lease_id"]
     assert fields[b"run_id"] == run.encode()
     assert lease_id == f"{run}:worker-a:{token}".encode()
 
-    assert r.execute_command("LEASE.ACQUIRE", run, "worker-b", "105") is None
-    assert r.execute_command("LEASE.HEARTBEAT", lease_id, token, "105") == 1
-    assert r.execute_command("LEASE.VALIDATE", run, lease_id, token, "114") == 1
-    got = r.execute_command("LEASE.GET", run, "120")
+    assert r.execute_command("LEASE.ACQUIRE", run, "worker-b", str(t + 5)) is None
+    assert r.execute_command("LEASE.HEARTBEAT", lease_id, token, str(t + 5)) == 1
+    assert r.execute_command("LEASE.VALIDATE", run, lease_id, token, str(t + 14)) == 1
+    got = r.execute_command("LEASE.GET", run, str(t + 20))
     if protocol == 3:
-        assert got[b"expired"] == 1 and got[b"expires_at"] == 115.0, got
+        assert got[b"expired"] == 1 and got[b"expires_at"] == t + 15.0, got
     else:
         assert got[-2:] == [b"expired", 1], got
-    assert r.execute_command("LEASE.HEARTBEAT", lease_id, token, "120") == 0
+    assert r.execute_command("LEASE.HEARTBEAT", lease_id, token, str(t + 20)) == 0
     assert r.execute_command("LEASE.RELEASE", lease_id, token) == 1
-    assert r.execute_command("LEASE.GET", run) is None
+    assert r.execute_command("LEASE.GET", run, str(t + 20)) is None
 
     try:
         r.execute_command("LEASE.HEARTBEAT", lease_id, "zero")
@@ -71,7 +73,7 @@ def check(port: int, protocol: int, run: str) -> None:
 
     pipe = r.pipeline(transaction=False)
     for i in range(100):
-        pipe.execute_command("LEASE.ACQUIRE", f"{run}-p{i}", "w", "0")
+        pipe.execute_command("LEASE.ACQUIRE", f"{run}-p{i}", "w", str(t))
     replies = pipe.execute()
     tokens = [
         (reply[b"fencing_token"] if protocol == 3 else reply[7]) for reply in replies
@@ -86,8 +88,8 @@ def check(port: int, protocol: int, run: str) -> None:
 
 def main() -> None:
     port = int(sys.argv[1])
-    check(port, 2, "py-run-resp2")
-    check(port, 3, "py-run-resp3")
+    check(port, 2, "py-run-resp2", 100)
+    check(port, 3, "py-run-resp3", 1000)
     print("redis-py", redis.__version__, "ok")
 
 

@@ -72,7 +72,9 @@ impl Server {
             if let Ok(Some(status)) = child.try_wait() {
                 std::thread::sleep(Duration::from_millis(100));
                 let output = log.lock().unwrap().clone();
-                return Err(format!("leased exited with {status} before ready:\n{output}"));
+                return Err(format!(
+                    "leased exited with {status} before ready:\n{output}"
+                ));
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
@@ -187,10 +189,10 @@ fn collect_output(
         let mut ready = ready;
         for line in BufReader::new(stream).lines() {
             let Ok(line) = line else { break };
-            if let Some(port) = ready_port(&line) {
-                if let Some(tx) = ready.take() {
-                    let _ = tx.send(port);
-                }
+            if let Some(port) = ready_port(&line)
+                && let Some(tx) = ready.take()
+            {
+                let _ = tx.send(port);
             }
             let mut log = log.lock().unwrap();
             log.push_str(&line);
