@@ -238,3 +238,142 @@ pub fn resp(args: &[&[u8]]) -> Vec<u8> {
     }
     out
 }
+
+/// Reads one complete RESP2 or RESP3 reply and returns its bytes exactly as
+/// they arrived. Fails on end of stream, a timeout, or bytes that do not
+/// frame as a reply.
+pub fn read_frame(reader: &mut impl BufRead) -> std::io::Result<Vec<u8>> {
+    let mut frame = Vec::new();
+    read_frame_into(reader, &mut frame)?;
+    Ok(frame)
+}
+
+fn read_frame_into(reader: &mut impl BufRead, frame: &mut Vec<u8>) -> std::io::Result<()> {
+    use std::io::{Error, ErrorKind};
+    let start = frame.len();
+    if reader.read_until(b'\n', frame)? == 0 {
+        return Err(Error::new(ErrorKind::UnexpectedEof, "stream ended"));
+    }
+    let line = &frame[start..];
+    let bad = |what: &str| {
+        Error::new(
+            ErrorKind::InvalidData,
+            format!("{what}: {:?}", line.escape_ascii().to_string()),
+        )
+    };
+    let Some(header) = line.strip_suffix(b"\r\n") else {
+        return Err(bad("line without CRLF"));
+    };
+    let kind = header[0];
+    let number = || -> std::io::Result<i64> {
+        std::str::from_utf8(&header[1..])
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| bad("bad length"))
+    };
+    match kind {
+        b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => Ok(()),
+        b'$' | b'=' | b'!' => {
+            let Ok(len) = usize::try_from(number()?) else {
+                return Ok(()); // $-1
+            };
+            let data = frame.len();
+            frame.resize(data + len + 2, 0);
+            reader.read_exact(&mut frame[data..])?;
+            if !frame.ends_with(b"\r\n") {
+                return Err(Error::new(ErrorKind::InvalidData, "bulk without CRLF"));
+            }
+            Ok(())
+        }
+        b'*' | b'~' | b'>' | b'%' => {
+            let Ok(count) = usize::try_from(number()?) else {
+                return Ok(()); // *-1
+            };
+            let items = if kind == b'%' { 2 * count } else { count };
+            for _ in 0..items {
+                read_frame_into(reader, frame)?;
+            }
+            Ok(())
+        }
+        _ => Err(bad("unknown reply type")),
+    }
+}
+
+/// Reads until the server closes the connection, failing if it has not
+/// within the socket's read timeout.
+pub fn read_to_close(stream: &mut TcpStream) -> Vec<u8> {
+    let mut all = Vec::new();
+    match stream.read_to_end(&mut all) {
+        Ok(_) => all,
+        Err(error) => panic!(
+            "connection not closed ({error}); received so far: {:?}",
+            all.escape_ascii().to_string()
+        ),
+    }
+}
+
+/// Bytes shown readably in assertion messages.
+pub fn show(bytes: &[u8]) -> String {
+    bytes.escape_ascii().to_string()
+}
+
+/// A lease map as the `redis` crate hands it over, in RESP2 (a flat array,
+/// `expires_at` a bulk string) or RESP3 (a map, `expires_at` a double).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LeaseReply {
+    pub run_id: Vec<u8>,
+    pub worker_id: Vec<u8>,
+    pub lease_id: Vec<u8>,
+    pub fencing_token: i64,
+    pub expires_at: f64,
+    /// Present in `LEASE.GET` replies only.
+    pub expired: Option<i64>,
+}
+
+/// Reads a lease map, checking its keys, their order and the value types.
+pub fn lease_reply(value: &redis::Value) -> LeaseReply {
+    use redis::Value;
+    let pairs: Vec<(&Value, &Value)> = match value {
+        Value::Array(items) if items.len() % 2 == 0 => {
+            items.chunks(2).map(|pair| (&pair[0], &pair[1])).collect()
+        }
+        Value::Map(pairs) => pairs.iter().map(|(k, v)| (k, v)).collect(),
+        other => panic!("not a lease map: {other:?}"),
+    };
+    let bulk = |value: &Value| match value {
+        Value::BulkString(bytes) => bytes.clone(),
+        other => panic!("expected a bulk string, got {other:?}"),
+    };
+    let int = |value: &Value| match value {
+        Value::Int(i) => *i,
+        other => panic!("expected an integer, got {other:?}"),
+    };
+    let keys: Vec<Vec<u8>> = pairs.iter().map(|(k, _)| bulk(k)).collect();
+    let mut expected_keys = vec![
+        &b"run_id"[..],
+        b"worker_id",
+        b"lease_id",
+        b"fencing_token",
+        b"expires_at",
+    ];
+    if pairs.len() == 6 {
+        expected_keys.push(b"expired");
+    }
+    assert_eq!(keys, expected_keys, "lease map keys in {value:?}");
+    let expires_at = match (value, pairs[4].1) {
+        (Value::Map(_), Value::Double(d)) => *d,
+        (Value::Array(_), Value::BulkString(text)) => std::str::from_utf8(text)
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("expires_at is not a number: {text:?}")),
+        (_, other) => panic!("expires_at of the wrong type: {other:?}"),
+    };
+    LeaseReply {
+        run_id: bulk(pairs[0].1),
+        worker_id: bulk(pairs[1].1),
+        lease_id: bulk(pairs[2].1),
+        fencing_token: int(pairs[3].1),
+        expires_at,
+        expired: pairs.get(5).map(|(_, v)| int(v)),
+    }
+}
