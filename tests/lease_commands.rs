@@ -5,60 +5,14 @@ mod common;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use common::Server;
+use common::{Server, bulk_value, error, field, pairs, run};
 use redis::{Connection, Value};
-
-fn bulk(text: &str) -> Value {
-    Value::BulkString(text.as_bytes().to_vec())
-}
-
-/// Runs a command given as words and returns the raw reply.
-fn run(con: &mut Connection, words: &[&str]) -> Value {
-    let mut cmd = redis::cmd(words[0]);
-    for word in &words[1..] {
-        cmd.arg(*word);
-    }
-    cmd.query(con)
-        .unwrap_or_else(|e| panic!("{words:?} failed: {e}"))
-}
-
-/// Runs a command that must fail; returns the whole error line.
-fn error(con: &mut Connection, words: &[&str]) -> String {
-    let mut cmd = redis::cmd(words[0]);
-    for word in &words[1..] {
-        cmd.arg(*word);
-    }
-    match cmd.query::<Value>(con) {
-        Err(e) => format!("{} {}", e.code().unwrap_or("?"), e.detail().unwrap_or("")),
-        Ok(value) => panic!("{words:?} should fail, got {value:?}"),
-    }
-}
 
 fn int(con: &mut Connection, words: &[&str]) -> i64 {
     match run(con, words) {
         Value::Int(i) => i,
         other => panic!("{words:?} gave {other:?}"),
     }
-}
-
-/// The key/value pairs of a lease reply, whichever protocol carried it.
-fn pairs(value: Value) -> Vec<(Value, Value)> {
-    match value {
-        Value::Map(pairs) => pairs,
-        Value::Array(items) => items
-            .chunks(2)
-            .map(|pair| (pair[0].clone(), pair[1].clone()))
-            .collect(),
-        other => panic!("not a lease: {other:?}"),
-    }
-}
-
-fn field(lease: &[(Value, Value)], name: &str) -> Value {
-    lease
-        .iter()
-        .find(|(key, _)| *key == bulk(name))
-        .map(|(_, value)| value.clone())
-        .unwrap_or_else(|| panic!("no {name} in {lease:?}"))
 }
 
 fn token_of(lease: &[(Value, Value)]) -> i64 {
@@ -95,32 +49,32 @@ fn acquire_reply_is_a_flat_array_in_resp2() {
     assert_eq!(
         run(&mut con, &["LEASE.ACQUIRE", "run-1", "worker-a", "0"]),
         Value::Array(vec![
-            bulk("run_id"),
-            bulk("run-1"),
-            bulk("worker_id"),
-            bulk("worker-a"),
-            bulk("lease_id"),
-            bulk("run-1:worker-a:1"),
-            bulk("fencing_token"),
+            bulk_value("run_id"),
+            bulk_value("run-1"),
+            bulk_value("worker_id"),
+            bulk_value("worker-a"),
+            bulk_value("lease_id"),
+            bulk_value("run-1:worker-a:1"),
+            bulk_value("fencing_token"),
             Value::Int(1),
-            bulk("expires_at"),
-            bulk("10"),
+            bulk_value("expires_at"),
+            bulk_value("10"),
         ])
     );
     assert_eq!(
         run(&mut con, &["LEASE.GET", "run-1", "10.5"]),
         Value::Array(vec![
-            bulk("run_id"),
-            bulk("run-1"),
-            bulk("worker_id"),
-            bulk("worker-a"),
-            bulk("lease_id"),
-            bulk("run-1:worker-a:1"),
-            bulk("fencing_token"),
+            bulk_value("run_id"),
+            bulk_value("run-1"),
+            bulk_value("worker_id"),
+            bulk_value("worker-a"),
+            bulk_value("lease_id"),
+            bulk_value("run-1:worker-a:1"),
+            bulk_value("fencing_token"),
             Value::Int(1),
-            bulk("expires_at"),
-            bulk("10"),
-            bulk("expired"),
+            bulk_value("expires_at"),
+            bulk_value("10"),
+            bulk_value("expired"),
             Value::Int(1),
         ])
     );
@@ -137,22 +91,22 @@ fn acquire_reply_is_an_ordered_map_in_resp3() {
             &["LEASE.ACQUIRE", "run-1", "worker-a", "0.25", "TTL", "10.5"]
         ),
         Value::Map(vec![
-            (bulk("run_id"), bulk("run-1")),
-            (bulk("worker_id"), bulk("worker-a")),
-            (bulk("lease_id"), bulk("run-1:worker-a:1")),
-            (bulk("fencing_token"), Value::Int(1)),
-            (bulk("expires_at"), Value::Double(10.75)),
+            (bulk_value("run_id"), bulk_value("run-1")),
+            (bulk_value("worker_id"), bulk_value("worker-a")),
+            (bulk_value("lease_id"), bulk_value("run-1:worker-a:1")),
+            (bulk_value("fencing_token"), Value::Int(1)),
+            (bulk_value("expires_at"), Value::Double(10.75)),
         ])
     );
     assert_eq!(
         run(&mut con, &["LEASE.GET", "run-1", "1"]),
         Value::Map(vec![
-            (bulk("run_id"), bulk("run-1")),
-            (bulk("worker_id"), bulk("worker-a")),
-            (bulk("lease_id"), bulk("run-1:worker-a:1")),
-            (bulk("fencing_token"), Value::Int(1)),
-            (bulk("expires_at"), Value::Double(10.75)),
-            (bulk("expired"), Value::Int(0)),
+            (bulk_value("run_id"), bulk_value("run-1")),
+            (bulk_value("worker_id"), bulk_value("worker-a")),
+            (bulk_value("lease_id"), bulk_value("run-1:worker-a:1")),
+            (bulk_value("fencing_token"), Value::Int(1)),
+            (bulk_value("expires_at"), Value::Double(10.75)),
+            (bulk_value("expired"), Value::Int(0)),
         ])
     );
     assert_eq!(
@@ -256,7 +210,7 @@ fn walkthrough(con: &mut Connection) {
     // release then fails.
     let taken = acquire(con, &["run-2", "worker-z", "16"]);
     assert_eq!(token_of(&taken), 4);
-    assert_eq!(field(&taken, "lease_id"), bulk("run-2:worker-z:4"));
+    assert_eq!(field(&taken, "lease_id"), bulk_value("run-2:worker-z:4"));
     assert_eq!(int(con, &["LEASE.RELEASE", "run-2:worker-b:2", "2"]), 0);
     assert_eq!(
         int(
@@ -350,8 +304,8 @@ fn ids_with_colons_empty_ids_and_binary_ids() {
     let mut con = server.connect();
     let first = acquire(&mut con, &["a:b", "c", "0"]);
     let second = acquire(&mut con, &["a", "b:c", "0"]);
-    assert_eq!(field(&first, "lease_id"), bulk("a:b:c:1"));
-    assert_eq!(field(&second, "lease_id"), bulk("a:b:c:2"));
+    assert_eq!(field(&first, "lease_id"), bulk_value("a:b:c:1"));
+    assert_eq!(field(&second, "lease_id"), bulk_value("a:b:c:2"));
     // Each id with the other lease's token must not match.
     assert_eq!(int(&mut con, &["LEASE.HEARTBEAT", "a:b:c:1", "2", "1"]), 0);
     assert_eq!(
@@ -369,11 +323,11 @@ fn ids_with_colons_empty_ids_and_binary_ids() {
     assert_eq!(int(&mut con, &["LEASE.RELEASE", "a:b:c:2", "2"]), 1);
     assert_eq!(
         field(&pairs(run(&mut con, &["LEASE.GET", "a:b"])), "worker_id"),
-        bulk("c")
+        bulk_value("c")
     );
 
     let empty = acquire(&mut con, &["", "", "0"]);
-    assert_eq!(field(&empty, "lease_id"), bulk("::3"));
+    assert_eq!(field(&empty, "lease_id"), bulk_value("::3"));
     assert_eq!(int(&mut con, &["LEASE.VALIDATE", "", "::3", "3", "1"]), 1);
 
     // Binary-safe: bytes that are not UTF-8, CR and LF, a 1 KiB id.
@@ -405,7 +359,7 @@ fn ids_with_colons_empty_ids_and_binary_ids() {
     let lease = acquire(&mut con, &[&long, &worker, "0"]);
     assert_eq!(
         field(&lease, "lease_id"),
-        bulk(&format!("{long}:{worker}:5"))
+        bulk_value(&format!("{long}:{worker}:5"))
     );
 }
 

@@ -4,32 +4,8 @@ mod common;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use common::Server;
-use redis::{Connection, Value};
-
-fn bulk(text: &str) -> Value {
-    Value::BulkString(text.as_bytes().to_vec())
-}
-
-fn run(con: &mut Connection, words: &[&str]) -> Value {
-    let mut cmd = redis::cmd(words[0]);
-    for word in &words[1..] {
-        cmd.arg(*word);
-    }
-    cmd.query(con)
-        .unwrap_or_else(|e| panic!("{words:?} failed: {e}"))
-}
-
-fn error(con: &mut Connection, words: &[&str]) -> String {
-    let mut cmd = redis::cmd(words[0]);
-    for word in &words[1..] {
-        cmd.arg(*word);
-    }
-    match cmd.query::<Value>(con) {
-        Err(e) => format!("{} {}", e.code().unwrap_or("?"), e.detail().unwrap_or("")),
-        Ok(value) => panic!("{words:?} should fail, got {value:?}"),
-    }
-}
+use common::{Server, bulk_value, error, field, pairs, run};
+use redis::Value;
 
 fn text(value: Value) -> String {
     match value {
@@ -40,33 +16,13 @@ fn text(value: Value) -> String {
     }
 }
 
-/// A map reply as pairs, whichever protocol carried it.
-fn pairs(value: Value) -> Vec<(Value, Value)> {
-    match value {
-        Value::Map(pairs) => pairs,
-        Value::Array(items) => items
-            .chunks(2)
-            .map(|pair| (pair[0].clone(), pair[1].clone()))
-            .collect(),
-        other => panic!("not a map: {other:?}"),
-    }
-}
-
-fn lookup(pairs: &[(Value, Value)], key: &str) -> Value {
-    pairs
-        .iter()
-        .find(|(k, _)| *k == bulk(key))
-        .map(|(_, v)| v.clone())
-        .unwrap_or_else(|| panic!("no {key} in {pairs:?}"))
-}
-
 #[test]
 fn ping_echo_select_time() {
     let server = Server::start();
     let mut con = server.connect();
     assert_eq!(run(&mut con, &["PING"]), Value::SimpleString("PONG".into()));
-    assert_eq!(run(&mut con, &["PING", "hi"]), bulk("hi"));
-    assert_eq!(run(&mut con, &["ECHO", "a b"]), bulk("a b"));
+    assert_eq!(run(&mut con, &["PING", "hi"]), bulk_value("hi"));
+    assert_eq!(run(&mut con, &["ECHO", "a b"]), bulk_value("a b"));
     assert_eq!(
         error(&mut con, &["PING", "a", "b"]),
         "ERR wrong number of arguments for 'ping' command"
@@ -97,12 +53,12 @@ fn hello_switches_protocol_and_describes_the_server() {
     let server = Server::start();
     let mut con = server.connect();
     let hello = pairs(run(&mut con, &["HELLO"]));
-    assert_eq!(lookup(&hello, "proto"), Value::Int(2));
-    assert_eq!(lookup(&hello, "server"), bulk("leased"));
-    assert_eq!(lookup(&hello, "mode"), bulk("standalone"));
-    assert_eq!(lookup(&hello, "role"), bulk("master"));
-    assert_eq!(lookup(&hello, "modules"), Value::Array(vec![]));
-    let Value::Int(id) = lookup(&hello, "id") else {
+    assert_eq!(field(&hello, "proto"), Value::Int(2));
+    assert_eq!(field(&hello, "server"), bulk_value("leased"));
+    assert_eq!(field(&hello, "mode"), bulk_value("standalone"));
+    assert_eq!(field(&hello, "role"), bulk_value("master"));
+    assert_eq!(field(&hello, "modules"), Value::Array(vec![]));
+    let Value::Int(id) = field(&hello, "id") else {
         panic!("id")
     };
     assert_eq!(run(&mut con, &["CLIENT", "ID"]), Value::Int(id));
@@ -129,8 +85,8 @@ fn hello_switches_protocol_and_describes_the_server() {
     let Value::Map(hello) = hello else {
         panic!("HELLO 3 replies with a map: {hello:?}")
     };
-    assert_eq!(lookup(&hello, "proto"), Value::Int(3));
-    assert_eq!(run(&mut con, &["CLIENT", "GETNAME"]), bulk("me"));
+    assert_eq!(field(&hello, "proto"), Value::Int(3));
+    assert_eq!(run(&mut con, &["CLIENT", "GETNAME"]), bulk_value("me"));
     // RESET goes back to RESP2 and forgets the name.
     assert_eq!(
         run(&mut con, &["RESET"]),
@@ -168,7 +124,10 @@ fn client_subcommands() {
         run(&mut con, &["CLIENT", "SETNAME", "worker-7"]),
         Value::Okay
     );
-    assert_eq!(run(&mut con, &["CLIENT", "GETNAME"]), bulk("worker-7"));
+    assert_eq!(
+        run(&mut con, &["CLIENT", "GETNAME"]),
+        bulk_value("worker-7")
+    );
     assert_eq!(
         error(&mut con, &["CLIENT", "SETNAME", "has space"]),
         "ERR Client names cannot contain spaces, newlines or special characters."
@@ -247,7 +206,7 @@ fn command_introspection_matches_the_table() {
         "command|docs",
         "ping",
     ] {
-        assert!(names.contains(&bulk(name)), "{name}");
+        assert!(names.contains(&bulk_value(name)), "{name}");
     }
 
     let info = run(&mut con, &["COMMAND", "INFO", "lease.acquire", "nope"]);
@@ -259,29 +218,34 @@ fn command_introspection_matches_the_table() {
         panic!("{info:?}")
     };
     assert_eq!(entry.len(), 10);
-    assert_eq!(entry[0], bulk("lease.acquire"));
+    assert_eq!(entry[0], bulk_value("lease.acquire"));
     assert_eq!(entry[1], Value::Int(-3));
 
     let docs = pairs(run(&mut con, &["COMMAND", "DOCS", "LEASE.ACQUIRE"]));
     assert_eq!(docs.len(), 1);
-    assert_eq!(docs[0].0, bulk("lease.acquire"));
+    assert_eq!(docs[0].0, bulk_value("lease.acquire"));
     let doc = pairs(docs[0].1.clone());
-    assert_eq!(lookup(&doc, "group"), bulk("lease"));
-    let Value::Array(args) = lookup(&doc, "arguments") else {
+    assert_eq!(field(&doc, "group"), bulk_value("lease"));
+    let Value::Array(args) = field(&doc, "arguments") else {
         panic!("arguments")
     };
     let names: Vec<Value> = args
         .iter()
-        .map(|arg| lookup(&pairs(arg.clone()), "name"))
+        .map(|arg| field(&pairs(arg.clone()), "name"))
         .collect();
     assert_eq!(
         names,
-        [bulk("run"), bulk("worker"), bulk("now"), bulk("seconds")]
+        [
+            bulk_value("run"),
+            bulk_value("worker"),
+            bulk_value("now"),
+            bulk_value("seconds")
+        ]
     );
     let ttl = pairs(args[3].clone());
-    assert_eq!(lookup(&ttl, "token"), bulk("TTL"));
+    assert_eq!(field(&ttl, "token"), bulk_value("TTL"));
     assert_eq!(
-        lookup(&ttl, "flags"),
+        field(&ttl, "flags"),
         Value::Array(vec![Value::SimpleString("optional".into())])
     );
     // A subcommand can be asked for by its full name.
@@ -290,7 +254,7 @@ fn command_introspection_matches_the_table() {
         &["COMMAND", "DOCS", "client|setname", "nope"],
     ));
     assert_eq!(docs.len(), 1);
-    assert_eq!(docs[0].0, bulk("client|setname"));
+    assert_eq!(docs[0].0, bulk_value("client|setname"));
 }
 
 #[test]
@@ -298,9 +262,9 @@ fn config_get_reports_directives() {
     let server = Server::start_with(&["--lease-ttl", "2.5"]);
     let mut con = server.connect();
     let ttl = pairs(run(&mut con, &["CONFIG", "GET", "lease-ttl"]));
-    assert_eq!(ttl, vec![(bulk("lease-ttl"), bulk("2.5"))]);
+    assert_eq!(ttl, vec![(bulk_value("lease-ttl"), bulk_value("2.5"))]);
     let port = pairs(run(&mut con, &["CONFIG", "GET", "PORT"]));
-    assert_eq!(port, vec![(bulk("port"), bulk("0"))]);
+    assert_eq!(port, vec![(bulk_value("port"), bulk_value("0"))]);
     let all = pairs(run(&mut con, &["CONFIG", "GET", "*"]));
     for key in [
         "port",
@@ -311,7 +275,7 @@ fn config_get_reports_directives() {
         "save",
         "appendonly",
     ] {
-        lookup(&all, key);
+        field(&all, key);
     }
     // Several patterns; each parameter once.
     let some = pairs(run(

@@ -377,3 +377,52 @@ pub fn lease_reply(value: &redis::Value) -> LeaseReply {
         expired: pairs.get(5).map(|(_, v)| int(v)),
     }
 }
+
+/// A bulk string value, as the `redis` crate reports one.
+pub fn bulk_value(text: &str) -> redis::Value {
+    redis::Value::BulkString(text.as_bytes().to_vec())
+}
+
+fn command_of(words: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd(words[0]);
+    for word in &words[1..] {
+        cmd.arg(*word);
+    }
+    cmd
+}
+
+/// Runs a command given as words and returns the raw reply.
+pub fn run(con: &mut redis::Connection, words: &[&str]) -> redis::Value {
+    command_of(words)
+        .query(con)
+        .unwrap_or_else(|e| panic!("{words:?} failed: {e}"))
+}
+
+/// Runs a command that must fail; returns the whole error line.
+pub fn error(con: &mut redis::Connection, words: &[&str]) -> String {
+    match command_of(words).query::<redis::Value>(con) {
+        Err(e) => format!("{} {}", e.code().unwrap_or("?"), e.detail().unwrap_or("")),
+        Ok(value) => panic!("{words:?} should fail, got {value:?}"),
+    }
+}
+
+/// A map reply as key/value pairs, whichever protocol carried it.
+pub fn pairs(value: redis::Value) -> Vec<(redis::Value, redis::Value)> {
+    match value {
+        redis::Value::Map(pairs) => pairs,
+        redis::Value::Array(items) => items
+            .chunks(2)
+            .map(|pair| (pair[0].clone(), pair[1].clone()))
+            .collect(),
+        other => panic!("not a map: {other:?}"),
+    }
+}
+
+/// The value under `key` in a map reply's pairs.
+pub fn field(pairs: &[(redis::Value, redis::Value)], key: &str) -> redis::Value {
+    pairs
+        .iter()
+        .find(|(k, _)| *k == bulk_value(key))
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| panic!("no {key} in {pairs:?}"))
+}
