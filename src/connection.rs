@@ -238,8 +238,14 @@ impl Connection {
                 .map_or(Reply::Null, Reply::Bulk),
             Command::ClientId => Reply::Int(self.client.id as i64),
             Command::ClientSetInfo(attr, value) => self.set_info(attr, value),
-            Command::ClientInfo => Reply::Verbatim(self.client.describe().into()),
-            Command::ClientList(filter) => self.client_list(&filter),
+            Command::ClientInfo => {
+                self.report_status();
+                Reply::Verbatim(self.client.describe().into())
+            }
+            Command::ClientList(filter) => {
+                self.report_status();
+                self.client_list(&filter)
+            }
             Command::CommandInfo(names) => docs::info(names.as_deref()),
             Command::CommandCount => docs::count(),
             Command::CommandDocs(names) => docs::docs(&names),
