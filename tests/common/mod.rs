@@ -53,7 +53,11 @@ impl Server {
 
     /// Spawns `command` (which must start leased) and waits for readiness.
     pub fn spawn(mut command: Command, dir: &Path) -> Result<Server, String> {
-        let mut child = command.spawn().expect("spawn leased");
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn leased");
         let log = Arc::new(Mutex::new(String::new()));
         let (ready_tx, ready_rx) = mpsc::channel();
         collect_output(child.stdout.take().unwrap(), log.clone(), Some(ready_tx));
@@ -184,7 +188,7 @@ fn collect_output(
     stream: impl Read + Send + 'static,
     log: Arc<Mutex<String>>,
     ready: Option<mpsc::Sender<u16>>,
-) {
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let mut ready = ready;
         for line in BufReader::new(stream).lines() {
@@ -198,7 +202,7 @@ fn collect_output(
             log.push_str(&line);
             log.push('\n');
         }
-    });
+    })
 }
 
 /// The port in `Ready to accept connections on 127.0.0.1:PORT`.
@@ -425,4 +429,160 @@ pub fn field(pairs: &[(redis::Value, redis::Value)], key: &str) -> redis::Value 
         .find(|(k, _)| *k == bulk_value(key))
         .map(|(_, v)| v.clone())
         .unwrap_or_else(|| panic!("no {key} in {pairs:?}"))
+}
+impl Server {
+    /// Spawns `command` (which must start leased listening on `port`) and
+    /// waits until `port` accepts connections, for servers whose log level
+    /// hides the readiness line. Returns the output if it exits first.
+    pub fn spawn_on_port(mut command: Command, dir: &Path, port: u16) -> Result<Server, String> {
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn leased");
+        let log = Arc::new(Mutex::new(String::new()));
+        collect_output(child.stdout.take().unwrap(), log.clone(), None);
+        collect_output(child.stderr.take().unwrap(), log.clone(), None);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Ok(Server {
+                    child,
+                    port,
+                    dir: dir.to_path_buf(),
+                    log,
+                    _temp: None,
+                });
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                std::thread::sleep(Duration::from_millis(100));
+                let output = log.lock().unwrap().clone();
+                return Err(format!(
+                    "leased exited with {status} before listening:\n{output}"
+                ));
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let output = log.lock().unwrap().clone();
+                return Err(format!(
+                    "leased not listening on {port} after 20s:\n{output}"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// How a run of leased that was expected to end by itself ended.
+#[derive(Debug)]
+pub struct Exited {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Exited {
+    /// Standard output and standard error together, for messages.
+    pub fn output(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+}
+
+/// Runs leased with `args` until it exits by itself. Panics, after killing
+/// it, if it is still running after 20 s (for example because it started
+/// serving when it should have refused to).
+pub fn run_to_exit(args: &[&str]) -> Exited {
+    let mut command = Command::new(BINARY);
+    command.args(args);
+    run_command_to_exit(command)
+}
+
+/// [`run_to_exit`] for a prepared command (to set a working directory).
+pub fn run_command_to_exit(mut command: Command) -> Exited {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn leased");
+    let stdout = Arc::new(Mutex::new(String::new()));
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let readers = [
+        collect_output(child.stdout.take().unwrap(), stdout.clone(), None),
+        collect_output(child.stderr.take().unwrap(), stderr.clone(), None),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "leased {:?} was still running after 20s:\n{}{}",
+                command.get_args().collect::<Vec<_>>(),
+                stdout.lock().unwrap(),
+                stderr.lock().unwrap()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    for reader in readers {
+        reader.join().expect("output reader");
+    }
+    let stdout = stdout.lock().unwrap().clone();
+    let stderr = stderr.lock().unwrap().clone();
+    Exited {
+        status,
+        stdout,
+        stderr,
+    }
+}
+
+/// A port that was free a moment ago (bound and released at once), for
+/// tests that must choose the port themselves.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("bind a free port")
+        .port()
+}
+
+/// `LEASE.ACQUIRE run worker now`: the fencing token, or None when the
+/// run is held.
+pub fn acquire(con: &mut redis::Connection, run: &str, worker: &str, now: f64) -> Option<i64> {
+    let reply: redis::Value = redis::cmd("LEASE.ACQUIRE")
+        .arg(run)
+        .arg(worker)
+        .arg(now)
+        .query(con)
+        .expect("LEASE.ACQUIRE");
+    lease_field(&reply, "fencing_token").map(|token| match token {
+        redis::Value::Int(token) => *token,
+        other => panic!("fencing_token is not an integer: {other:?}"),
+    })
+}
+
+/// A field of a lease map (RESP2 flat array or RESP3 map); None for null.
+pub fn lease_field<'a>(reply: &'a redis::Value, name: &str) -> Option<&'a redis::Value> {
+    use redis::Value;
+    let is_name = |key: &Value| match key {
+        Value::BulkString(key) => key == name.as_bytes(),
+        Value::SimpleString(key) => key == name,
+        _ => false,
+    };
+    match reply {
+        Value::Nil => None,
+        Value::Array(items) => {
+            let pairs = items.chunks(2);
+            let found = pairs.into_iter().find(|pair| is_name(&pair[0]));
+            Some(&found.unwrap_or_else(|| panic!("no {name} in {reply:?}"))[1])
+        }
+        Value::Map(pairs) => {
+            let found = pairs.iter().find(|(key, _)| is_name(key));
+            Some(&found.unwrap_or_else(|| panic!("no {name} in {reply:?}")).1)
+        }
+        other => panic!("not a lease map: {other:?}"),
+    }
 }
