@@ -11,15 +11,24 @@
 //!
 //! The file is one line of text, with a checksum so a damaged file stops
 //! the start instead of letting tokens go backwards:
-//! `leased-token-ceiling 1 <ceiling> <crc32 of the number, hex>`.
+//! `leased-token-ceiling 1 <ceiling> <crc32 of the number, hex>`. A file
+//! holding just a number is read too: that is how an operator who lost the
+//! file writes a new one by hand.
+//!
+//! A missing ceiling file is only normal in a new directory. The lock file
+//! records that the directory has been set up (its ceiling file written),
+//! so a ceiling file deleted later stops the start instead of silently
+//! restarting tokens at 1.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
 const CEILING_FILE: &str = "token-ceiling";
 const LOCK_FILE: &str = "leased.lock";
 const MAGIC: &str = "leased-token-ceiling";
+/// Written into the lock file once the directory has its ceiling file.
+const SET_UP: &[u8] = b"leased data directory\n";
 const FORMAT_VERSION: &str = "1";
 
 /// An open data directory. While it exists, no other process may use the
@@ -37,6 +46,7 @@ pub enum DataDirError {
     Io { path: PathBuf, error: io::Error },
     Locked { path: PathBuf },
     CorruptCeiling { path: PathBuf, reason: String },
+    MissingCeiling { path: PathBuf },
 }
 
 impl std::fmt::Display for DataDirError {
@@ -56,7 +66,16 @@ impl std::fmt::Display for DataDirError {
                 f,
                 "the token ceiling file '{}' is damaged ({reason}); \
                  fencing tokens could go backwards, so the server will not start. \
-                 Restore it from a backup, or write a value above every token ever issued",
+                 Restore it from a backup, or replace it with one line holding a number \
+                 above every token ever issued",
+                path.display()
+            ),
+            DataDirError::MissingCeiling { path } => write!(
+                f,
+                "the token ceiling file '{}' is missing from a data directory that has been \
+                 used; fencing tokens could go backwards, so the server will not start. \
+                 Restore it from a backup, or write one line holding a number above every \
+                 token ever issued into it",
                 path.display()
             ),
         }
@@ -66,16 +85,18 @@ impl std::fmt::Display for DataDirError {
 impl std::error::Error for DataDirError {}
 
 impl DataDir {
-    /// Creates the directory if missing and takes its lock.
+    /// Creates the directory if missing, takes its lock, and sets a new
+    /// directory up with ceiling 0.
     pub fn open(path: &Path) -> Result<DataDir, DataDirError> {
         let io_error = |error| DataDirError::Io {
             path: path.to_path_buf(),
             error,
         };
         fs::create_dir_all(path).map_err(io_error)?;
-        let lock = OpenOptions::new()
+        let mut lock = OpenOptions::new()
             .create(true)
             .truncate(false)
+            .read(true)
             .write(true)
             .open(path.join(LOCK_FILE))
             .map_err(io_error)?;
@@ -88,6 +109,19 @@ impl DataDir {
             }
             Err(fs::TryLockError::Error(error)) => return Err(io_error(error)),
         }
+        let ceiling = path.join(CEILING_FILE);
+        let mut marker = Vec::new();
+        lock.read_to_end(&mut marker).map_err(io_error)?;
+        if marker.is_empty() {
+            // New, or its set-up was interrupted before any token was issued.
+            if !ceiling.exists() {
+                CeilingWriter::new(path).store(0).map_err(io_error)?;
+            }
+            lock.write_all(SET_UP).map_err(io_error)?;
+            lock.sync_all().map_err(io_error)?;
+        } else if !ceiling.exists() {
+            return Err(DataDirError::MissingCeiling { path: ceiling });
+        }
         Ok(DataDir {
             path: path.to_path_buf(),
             _lock: lock,
@@ -98,13 +132,14 @@ impl DataDir {
         &self.path
     }
 
-    /// The stored ceiling: no token above it was ever issued. 0 when the
-    /// directory is new.
+    /// The stored ceiling: no token above it was ever issued.
     pub fn read_ceiling(&self) -> Result<u64, DataDirError> {
         let path = self.path.join(CEILING_FILE);
         let text = match fs::read_to_string(&path) {
             Ok(text) => text,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(0),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                return Err(DataDirError::MissingCeiling { path });
+            }
             Err(error) => return Err(DataDirError::Io { path, error }),
         };
         parse_ceiling(&text).map_err(|reason| DataDirError::CorruptCeiling { path, reason })
@@ -112,9 +147,7 @@ impl DataDir {
 
     /// A handle that writes the ceiling, for a blocking thread.
     pub fn ceiling_writer(&self) -> CeilingWriter {
-        CeilingWriter {
-            dir: self.path.clone(),
-        }
+        CeilingWriter::new(&self.path)
     }
 }
 
@@ -126,6 +159,12 @@ pub struct CeilingWriter {
 }
 
 impl CeilingWriter {
+    fn new(dir: &Path) -> CeilingWriter {
+        CeilingWriter {
+            dir: dir.to_path_buf(),
+        }
+    }
+
     /// Replaces the stored ceiling with `ceiling`: after this returns, a
     /// crash at any point leaves the new value on disk.
     pub fn store(&self, ceiling: u64) -> io::Result<()> {
@@ -147,7 +186,11 @@ fn format_ceiling(ceiling: u64) -> String {
 }
 
 fn parse_ceiling(text: &str) -> Result<u64, String> {
-    let fields: Vec<&str> = text.trim_end_matches('\n').split(' ').collect();
+    let line = text.trim_end_matches('\n');
+    if !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()) {
+        return line.parse().map_err(|_| format!("'{line}' is too large"));
+    }
+    let fields: Vec<&str> = line.split(' ').collect();
     let [magic, version, number, crc] = fields[..] else {
         return Err("expected one line of four fields".to_string());
     };
@@ -216,5 +259,38 @@ mod tests {
         assert!(error.to_string().contains("checksum mismatch"), "{error}");
         fs::write(&path, "garbage").unwrap();
         assert!(dir.read_ceiling().is_err());
+        fs::write(&path, "").unwrap();
+        assert!(dir.read_ceiling().is_err());
+    }
+
+    #[test]
+    fn a_hand_written_number_is_a_ceiling() {
+        let temp = tempfile::tempdir().unwrap();
+        let dir = DataDir::open(temp.path()).unwrap();
+        fs::write(temp.path().join(CEILING_FILE), "5000000\n").unwrap();
+        assert_eq!(dir.read_ceiling().unwrap(), 5_000_000);
+    }
+
+    #[test]
+    fn a_ceiling_deleted_from_a_used_directory_is_noticed() {
+        let temp = tempfile::tempdir().unwrap();
+        drop(DataDir::open(temp.path()).unwrap());
+        // Reopening a set-up directory is fine.
+        assert_eq!(
+            DataDir::open(temp.path()).unwrap().read_ceiling().unwrap(),
+            0
+        );
+        fs::remove_file(temp.path().join(CEILING_FILE)).unwrap();
+        let error = DataDir::open(temp.path()).unwrap_err();
+        assert!(
+            matches!(error, DataDirError::MissingCeiling { .. }),
+            "{error}"
+        );
+        // A set-up interrupted before the marker was written starts over.
+        fs::write(temp.path().join(LOCK_FILE), "").unwrap();
+        assert_eq!(
+            DataDir::open(temp.path()).unwrap().read_ceiling().unwrap(),
+            0
+        );
     }
 }

@@ -176,19 +176,19 @@ impl ClientEntry {
     }
 }
 
-/// Binds every address of `bind` on `port`. A failure names the address.
+/// Binds every address of `bind` on `port`. With port 0 the first address
+/// gets a free port and the others the same one, so the server has one
+/// port as it would with a fixed one. A failure names the address.
 pub async fn bind(config: &Config) -> Result<Vec<TcpListener>, String> {
     let mut listeners = Vec::new();
+    let mut port = config.port;
     for address in &config.bind {
-        let target = SocketAddr::new(*address, config.port);
-        match TcpListener::bind(target).await {
-            Ok(listener) => listeners.push(listener),
-            Err(error) => {
-                return Err(format!(
-                    "Could not create server TCP listening socket {target}: {error}"
-                ));
-            }
-        }
+        let target = SocketAddr::new(*address, port);
+        let listener = TcpListener::bind(target).await.map_err(|error| {
+            format!("Could not create server TCP listening socket {target}: {error}")
+        })?;
+        port = listener.local_addr().map_or(port, |a| a.port());
+        listeners.push(listener);
     }
     Ok(listeners)
 }

@@ -379,3 +379,21 @@ fn a_damaged_token_ceiling_stops_the_start() {
     let server = start(&dir);
     assert_eq!(acquire_runs(&server, "next", 1), [4]);
 }
+
+#[test]
+fn a_ceiling_deleted_from_a_used_dir_stops_the_start() {
+    let (_temp, dir) = data_dir();
+    let mut server = start(&dir);
+    assert_eq!(acquire_runs(&server, "run", 3), [1, 2, 3]);
+    server.kill9();
+    let file = dir.join("token-ceiling");
+    std::fs::remove_file(&file).unwrap();
+    assert_refused_for_damaged_ceiling(&dir, "deleted");
+    let output = common::run_to_exit(&["--port", "0", "--dir", dir.to_str().unwrap()]).output();
+    assert!(output.contains("is missing"), "{output}");
+
+    // An operator who knows a bound writes it by hand; tokens go on above it.
+    std::fs::write(&file, "1000\n").unwrap();
+    let server = start(&dir);
+    assert_eq!(acquire_runs(&server, "next", 1), [1001]);
+}

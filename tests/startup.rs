@@ -64,6 +64,22 @@ fn port_zero_picks_a_free_port_and_the_readiness_line_names_it() {
 }
 
 #[test]
+fn port_zero_with_several_addresses_uses_one_port() {
+    let server = Server::start_with(&["--bind", "127.0.0.1", "127.0.0.2"]);
+    let port = server.port;
+    let announced = format!("Ready to accept connections on 127.0.0.1:{port}, 127.0.0.2:{port}");
+    assert!(server.log().contains(&announced), "{}", server.log());
+    for host in ["127.0.0.1", "127.0.0.2"] {
+        let mut con = redis::Client::open(format!("redis://{host}:{port}/"))
+            .unwrap()
+            .get_connection()
+            .expect("connect to each announced address");
+        let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+        assert_eq!(pong, "PONG");
+    }
+}
+
+#[test]
 fn the_config_file_is_honoured_and_the_command_line_overrides_it() {
     let temp = temp();
     let dir = temp.path().join("data from file");
