@@ -52,19 +52,43 @@ impl Server {
     }
 
     /// Spawns `command` (which must start leased) and waits for readiness.
-    pub fn spawn(mut command: Command, dir: &Path) -> Result<Server, String> {
+    pub fn spawn(command: Command, dir: &Path) -> Result<Server, String> {
+        let (ready_tx, ready_rx) = mpsc::channel();
+        Server::spawn_until(command, dir, Some(ready_tx), "ready", || {
+            ready_rx.recv_timeout(Duration::from_millis(20)).ok()
+        })
+    }
+
+    /// Spawns `command` (which must start leased listening on `port`) and
+    /// waits until `port` accepts connections, for servers whose log level
+    /// hides the readiness line. Returns the output if it exits first.
+    pub fn spawn_on_port(command: Command, dir: &Path, port: u16) -> Result<Server, String> {
+        Server::spawn_until(command, dir, None, "listening", || {
+            std::thread::sleep(Duration::from_millis(20));
+            TcpStream::connect(("127.0.0.1", port)).ok().map(|_| port)
+        })
+    }
+
+    /// Spawns leased and polls `ready` for its port until it answers, the
+    /// process exits, or 20 seconds pass.
+    fn spawn_until(
+        mut command: Command,
+        dir: &Path,
+        ready_line: Option<mpsc::Sender<u16>>,
+        waiting_for: &str,
+        mut ready: impl FnMut() -> Option<u16>,
+    ) -> Result<Server, String> {
         let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn leased");
         let log = Arc::new(Mutex::new(String::new()));
-        let (ready_tx, ready_rx) = mpsc::channel();
-        collect_output(child.stdout.take().unwrap(), log.clone(), Some(ready_tx));
+        collect_output(child.stdout.take().unwrap(), log.clone(), ready_line);
         collect_output(child.stderr.take().unwrap(), log.clone(), None);
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Ok(port) = ready_rx.recv_timeout(Duration::from_millis(20)) {
+            if let Some(port) = ready() {
                 return Ok(Server {
                     child,
                     port,
@@ -77,13 +101,13 @@ impl Server {
                 std::thread::sleep(Duration::from_millis(100));
                 let output = log.lock().unwrap().clone();
                 return Err(format!(
-                    "leased exited with {status} before ready:\n{output}"
+                    "leased exited with {status} before {waiting_for}:\n{output}"
                 ));
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
                 let output = log.lock().unwrap().clone();
-                return Err(format!("leased not ready after 20s:\n{output}"));
+                return Err(format!("leased not {waiting_for} after 20s:\n{output}"));
             }
         }
     }
@@ -430,49 +454,6 @@ pub fn field(pairs: &[(redis::Value, redis::Value)], key: &str) -> redis::Value 
         .map(|(_, v)| v.clone())
         .unwrap_or_else(|| panic!("no {key} in {pairs:?}"))
 }
-impl Server {
-    /// Spawns `command` (which must start leased listening on `port`) and
-    /// waits until `port` accepts connections, for servers whose log level
-    /// hides the readiness line. Returns the output if it exits first.
-    pub fn spawn_on_port(mut command: Command, dir: &Path, port: u16) -> Result<Server, String> {
-        let mut child = command
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn leased");
-        let log = Arc::new(Mutex::new(String::new()));
-        collect_output(child.stdout.take().unwrap(), log.clone(), None);
-        collect_output(child.stderr.take().unwrap(), log.clone(), None);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Ok(Server {
-                    child,
-                    port,
-                    dir: dir.to_path_buf(),
-                    log,
-                    _temp: None,
-                });
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                std::thread::sleep(Duration::from_millis(100));
-                let output = log.lock().unwrap().clone();
-                return Err(format!(
-                    "leased exited with {status} before listening:\n{output}"
-                ));
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let output = log.lock().unwrap().clone();
-                return Err(format!(
-                    "leased not listening on {port} after 20s:\n{output}"
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
 /// How a run of leased that was expected to end by itself ended.
 #[derive(Debug)]
 pub struct Exited {
