@@ -21,6 +21,7 @@
 //! - [`splitargs`]: Redis's quoted-argument splitting, for inline requests and the config file.
 //! - [`glob`]: Redis's glob patterns, for `CONFIG GET`.
 
+pub mod aof;
 pub mod ceiling;
 pub mod command;
 pub mod config;

@@ -39,6 +39,32 @@ impl Lease {
     }
 }
 
+/// A change to the registry's state, as the append-only log records it.
+/// Every change sets state outright instead of relative to what was there,
+/// so replaying one whose effect is already present changes nothing: a
+/// snapshot taken while changes go on, followed by those changes, gives
+/// the right state.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Change {
+    /// The run's current lease is this one, replacing any it had.
+    Put {
+        run_id: Bytes,
+        worker_id: Bytes,
+        fencing_token: u64,
+        expires_at: f64,
+        ttl: f64,
+    },
+    /// The lease with this token, if there is one, expires at `expires_at`.
+    Extend { fencing_token: u64, expires_at: f64 },
+    /// The lease with this token, if there is one, is gone.
+    Remove { fencing_token: u64 },
+    /// Registry time is at least this.
+    Time(f64),
+    /// The last token issued is at least this. Snapshots carry it because a
+    /// released lease no longer shows its token.
+    LastToken(u64),
+}
+
 /// Why an acquire could not issue a token although the run was free.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TokenError {

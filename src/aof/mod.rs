@@ -1,0 +1,3 @@
+//! The append-only log. (Being written.)
+
+pub mod format;
