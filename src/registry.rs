@@ -4,15 +4,23 @@
 //! seconds) as an argument, so the rules of the contract can be tested in
 //! microseconds. The core task owns one `Registry` and feeds it commands.
 //!
-//! Two maps hold the state: leases by run (one current lease per run), and
-//! runs by fencing token, because `HEARTBEAT` and `RELEASE` name a lease by
-//! its id and token only, and a lease id cannot be split back into run and
-//! worker (both may contain `:`). Tokens are unique, so the token finds the
-//! lease and the whole id is then compared.
+//! Leases live in a slab: a slot keeps its index for the lease's whole life,
+//! which lets a snapshot walk the table a few slots at a time while the
+//! table keeps changing. Two hash indexes point into it: by run (one
+//! current lease per run), and by fencing token, because `HEARTBEAT` and
+//! `RELEASE` name a lease by its id and token only, and a lease id cannot be
+//! split back into run and worker (both may contain `:`). Tokens are
+//! unique, so the token finds the lease and the whole id is then compared.
+//! The indexes hold slot numbers only; the ids are stored once, in the slot.
+//!
+//! Every change of state is also recorded as a [`Change`] (when recording
+//! is on), for the append-only log.
 
-use std::collections::HashMap;
+use std::hash::BuildHasher;
 
 use bytes::Bytes;
+use hashbrown::{DefaultHashBuilder, HashTable};
+use slab::Slab;
 
 /// A lease as the registry reports it.
 #[derive(Clone, Debug, PartialEq)]
@@ -78,10 +86,10 @@ pub enum TokenError {
 /// The largest fencing token: tokens travel as RESP integers (i64).
 pub const MAX_TOKEN: u64 = i64::MAX as u64;
 
-/// What the registry keeps per run. The run id is the map key and the
-/// lease id is derived, so neither is stored twice.
+/// One lease, in its slot. The lease id is derived, never stored.
 #[derive(Clone, Debug)]
 struct Entry {
+    run_id: Bytes,
     worker_id: Bytes,
     fencing_token: u64,
     expires_at: f64,
@@ -92,9 +100,12 @@ struct Entry {
 #[derive(Debug)]
 pub struct Registry {
     /// The current lease of each run.
-    leases: HashMap<Bytes, Entry>,
-    /// Run id by fencing token, for the current leases only.
-    runs_by_token: HashMap<u64, Bytes>,
+    slots: Slab<Entry>,
+    /// Slots by run id.
+    by_run: HashTable<usize>,
+    /// Slots by fencing token.
+    by_token: HashTable<usize>,
+    hasher: DefaultHashBuilder,
     /// The last fencing token issued (0 before the first).
     last_token: u64,
     /// Tokens above this are not yet durably reserved and may not be issued.
@@ -103,20 +114,40 @@ pub struct Registry {
     time: f64,
     /// TTL in seconds of leases acquired without a `TTL` option.
     default_ttl: f64,
+    /// Changes since the last [`Registry::take_changes`], if recording.
+    changes: Vec<Change>,
+    recording: bool,
 }
 
 impl Registry {
     /// An empty registry whose next token is `last_token + 1`, and which may
-    /// issue tokens up to `token_ceiling`.
+    /// issue tokens up to `token_ceiling`. It does not record changes.
     pub fn new(default_ttl: f64, last_token: u64, token_ceiling: u64) -> Registry {
         Registry {
-            leases: HashMap::new(),
-            runs_by_token: HashMap::new(),
+            slots: Slab::new(),
+            by_run: HashTable::new(),
+            by_token: HashTable::new(),
+            hasher: DefaultHashBuilder::default(),
             last_token,
             token_ceiling,
             time: f64::NEG_INFINITY,
             default_ttl,
+            changes: Vec::new(),
+            recording: false,
         }
+    }
+
+    /// Whether changes are recorded for [`Registry::take_changes`].
+    pub fn set_recording(&mut self, recording: bool) {
+        self.recording = recording;
+        if !recording {
+            self.changes.clear();
+        }
+    }
+
+    /// The changes made since the last call, oldest first.
+    pub fn take_changes(&mut self) -> std::vec::Drain<'_, Change> {
+        self.changes.drain(..)
     }
 
     /// Advances registry time to `now` if it is later, and returns the time
@@ -153,11 +184,11 @@ impl Registry {
 
     /// The number of leases held, active or expired.
     pub fn len(&self) -> usize {
-        self.leases.len()
+        self.slots.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.leases.is_empty()
+        self.slots.is_empty()
     }
 
     /// Takes a lease on `run_id` if it has none or its lease has expired.
@@ -170,45 +201,44 @@ impl Registry {
         ttl: Option<f64>,
     ) -> Result<Option<Lease>, TokenError> {
         let now = self.advance_time(now);
-        let previous = self.leases.get(run_id);
-        if previous.is_some_and(|entry| entry.expires_at > now) {
+        let previous = self.find_run(run_id);
+        if previous.is_some_and(|slot| self.slots[slot].expires_at > now) {
             return Ok(None);
         }
         let fencing_token = self.next_token()?;
         let ttl = ttl.unwrap_or(self.default_ttl);
         let entry = Entry {
+            run_id: previous.map_or_else(
+                || Bytes::copy_from_slice(run_id),
+                |slot| self.slots[slot].run_id.clone(),
+            ),
             worker_id: Bytes::copy_from_slice(worker_id),
             fencing_token,
             expires_at: now + ttl,
             ttl,
         };
-        let run_id = Bytes::copy_from_slice(run_id);
-        if let Some(old) = self.leases.insert(run_id.clone(), entry.clone()) {
-            self.runs_by_token.remove(&old.fencing_token);
-        }
-        self.runs_by_token.insert(fencing_token, run_id.clone());
-        Ok(Some(to_lease(run_id, &entry)))
+        let lease = to_lease(&entry);
+        self.put(entry);
+        Ok(Some(lease))
     }
 
     /// Extends the current, unexpired lease with this id and token by its
     /// TTL from `now`. Never revives an expired lease.
     pub fn heartbeat(&mut self, lease_id: &[u8], fencing_token: u64, now: f64) -> bool {
         let now = self.advance_time(now);
-        let Some(run_id) = self.runs_by_token.get(&fencing_token) else {
+        let Some(slot) = self.find_token(fencing_token) else {
             return false;
         };
-        let Some(entry) = self.leases.get_mut(run_id) else {
-            return false;
-        };
-        // The index holds current leases only, but check the token anyway:
-        // a stale token must never extend a lease.
-        if entry.fencing_token != fencing_token
-            || !id_matches(lease_id, run_id, entry)
-            || entry.expires_at <= now
-        {
+        let entry = &mut self.slots[slot];
+        if !id_matches(lease_id, entry) || entry.expires_at <= now {
             return false;
         }
         entry.expires_at = now + entry.ttl;
+        let expires_at = entry.expires_at;
+        self.record(|| Change::Extend {
+            fencing_token,
+            expires_at,
+        });
         true
     }
 
@@ -221,9 +251,10 @@ impl Registry {
         now: f64,
     ) -> bool {
         let now = self.advance_time(now);
-        self.leases.get(run_id).is_some_and(|entry| {
+        self.find_run(run_id).is_some_and(|slot| {
+            let entry = &self.slots[slot];
             entry.fencing_token == fencing_token
-                && id_matches(lease_id, run_id, entry)
+                && id_matches(lease_id, entry)
                 && entry.expires_at > now
         })
     }
@@ -231,27 +262,88 @@ impl Registry {
     /// Removes the lease if it is still its run's current lease, expired or
     /// not. Carries no `now`, so registry time does not move.
     pub fn release(&mut self, lease_id: &[u8], fencing_token: u64) -> bool {
-        let Some(run_id) = self.runs_by_token.get(&fencing_token) else {
+        let Some(slot) = self.find_token(fencing_token) else {
             return false;
         };
-        let matches = self.leases.get(run_id).is_some_and(|entry| {
-            entry.fencing_token == fencing_token && id_matches(lease_id, run_id, entry)
-        });
-        if matches {
-            let run_id = self
-                .runs_by_token
-                .remove(&fencing_token)
-                .expect("looked up above");
-            self.leases.remove(&run_id);
+        if !id_matches(lease_id, &self.slots[slot]) {
+            return false;
         }
-        matches
+        self.remove(slot);
+        self.record(|| Change::Remove { fencing_token });
+        true
     }
 
     /// The run's current lease and whether it has expired at `now`.
     pub fn get(&mut self, run_id: &[u8], now: f64) -> Option<(Lease, bool)> {
         let now = self.advance_time(now);
-        let (run_id, entry) = self.leases.get_key_value(run_id)?;
-        Some((to_lease(run_id.clone(), entry), entry.expires_at <= now))
+        let entry = &self.slots[self.find_run(run_id)?];
+        Some((to_lease(entry), entry.expires_at <= now))
+    }
+
+    /// Applies a change read back from the log. Changes set state outright,
+    /// so applying one whose effect is already present changes nothing.
+    /// Tokens and time only ever grow.
+    pub fn apply(&mut self, change: Change) {
+        match change {
+            Change::Put {
+                run_id,
+                worker_id,
+                fencing_token,
+                expires_at,
+                ttl,
+            } => {
+                self.last_token = self.last_token.max(fencing_token);
+                self.put(Entry {
+                    run_id,
+                    worker_id,
+                    fencing_token,
+                    expires_at,
+                    ttl,
+                });
+            }
+            Change::Extend {
+                fencing_token,
+                expires_at,
+            } => {
+                if let Some(slot) = self.find_token(fencing_token) {
+                    self.slots[slot].expires_at = expires_at;
+                }
+            }
+            Change::Remove { fencing_token } => {
+                if let Some(slot) = self.find_token(fencing_token) {
+                    self.remove(slot);
+                }
+            }
+            Change::Time(time) => {
+                self.advance_time(time);
+            }
+            Change::LastToken(token) => self.last_token = self.last_token.max(token),
+        }
+    }
+
+    /// The leases in slots `from..` as `Put` changes, visiting at most
+    /// `max` slots; returns where to continue, or `None` after the last
+    /// slot. Slots keep their leases while they live, so a walk spread over
+    /// many calls sees every lease that was there throughout it.
+    pub fn snapshot(
+        &self,
+        from: usize,
+        max: usize,
+        mut visit: impl FnMut(Change),
+    ) -> Option<usize> {
+        let end = from.saturating_add(max).min(self.slots.capacity());
+        for slot in from..end {
+            if let Some(entry) = self.slots.get(slot) {
+                visit(Change::Put {
+                    run_id: entry.run_id.clone(),
+                    worker_id: entry.worker_id.clone(),
+                    fencing_token: entry.fencing_token,
+                    expires_at: entry.expires_at,
+                    ttl: entry.ttl,
+                });
+            }
+        }
+        (end < self.slots.capacity()).then_some(end)
     }
 
     fn next_token(&mut self) -> Result<u64, TokenError> {
@@ -264,11 +356,86 @@ impl Registry {
         self.last_token += 1;
         Ok(self.last_token)
     }
+
+    fn record(&mut self, change: impl FnOnce() -> Change) {
+        if self.recording {
+            self.changes.push(change());
+        }
+    }
+
+    fn find_run(&self, run_id: &[u8]) -> Option<usize> {
+        let hash = self.hasher.hash_one(run_id);
+        let slots = &self.slots;
+        self.by_run
+            .find(hash, |&slot| slots[slot].run_id == run_id)
+            .copied()
+    }
+
+    fn find_token(&self, fencing_token: u64) -> Option<usize> {
+        let hash = self.hasher.hash_one(fencing_token);
+        let slots = &self.slots;
+        self.by_token
+            .find(hash, |&slot| slots[slot].fencing_token == fencing_token)
+            .copied()
+    }
+
+    /// Makes `entry` its run's lease, replacing (and un-indexing) any other.
+    fn put(&mut self, entry: Entry) {
+        self.record(|| Change::Put {
+            run_id: entry.run_id.clone(),
+            worker_id: entry.worker_id.clone(),
+            fencing_token: entry.fencing_token,
+            expires_at: entry.expires_at,
+            ttl: entry.ttl,
+        });
+        if let Some(slot) = self.find_token(entry.fencing_token) {
+            // Only a replayed log can put a token twice; the newer wins.
+            self.remove(slot);
+        }
+        match self.find_run(&entry.run_id) {
+            Some(slot) => {
+                self.unindex_token(slot);
+                self.slots[slot] = entry;
+                self.index_token(slot);
+            }
+            None => {
+                let slot = self.slots.insert(entry);
+                let hash = self.hasher.hash_one(&self.slots[slot].run_id[..]);
+                let (slots, hasher) = (&self.slots, &self.hasher);
+                self.by_run
+                    .insert_unique(hash, slot, |&s| hasher.hash_one(&slots[s].run_id[..]));
+                self.index_token(slot);
+            }
+        }
+    }
+
+    fn remove(&mut self, slot: usize) {
+        self.unindex_token(slot);
+        let hash = self.hasher.hash_one(&self.slots[slot].run_id[..]);
+        if let Ok(found) = self.by_run.find_entry(hash, |&s| s == slot) {
+            found.remove();
+        }
+        self.slots.remove(slot);
+    }
+
+    fn index_token(&mut self, slot: usize) {
+        let hash = self.hasher.hash_one(self.slots[slot].fencing_token);
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.by_token
+            .insert_unique(hash, slot, |&s| hasher.hash_one(slots[s].fencing_token));
+    }
+
+    fn unindex_token(&mut self, slot: usize) {
+        let hash = self.hasher.hash_one(self.slots[slot].fencing_token);
+        if let Ok(found) = self.by_token.find_entry(hash, |&s| s == slot) {
+            found.remove();
+        }
+    }
 }
 
-fn to_lease(run_id: Bytes, entry: &Entry) -> Lease {
+fn to_lease(entry: &Entry) -> Lease {
     Lease {
-        run_id,
+        run_id: entry.run_id.clone(),
         worker_id: entry.worker_id.clone(),
         fencing_token: entry.fencing_token,
         expires_at: entry.expires_at,
@@ -277,10 +444,10 @@ fn to_lease(run_id: Bytes, entry: &Entry) -> Lease {
 
 /// Whether `lease_id` is exactly `run_id:worker_id:token` of this entry,
 /// compared piece by piece without building the id.
-fn id_matches(lease_id: &[u8], run_id: &[u8], entry: &Entry) -> bool {
+fn id_matches(lease_id: &[u8], entry: &Entry) -> bool {
     let mut token = itoa::Buffer::new();
     let token = token.format(entry.fencing_token).as_bytes();
-    let worker_id = &entry.worker_id[..];
+    let (run_id, worker_id) = (&entry.run_id[..], &entry.worker_id[..]);
     let expected_len = run_id.len() + worker_id.len() + token.len() + 2;
     if lease_id.len() != expected_len {
         return false;
@@ -1559,6 +1726,108 @@ mod tests {
         Ok(())
     }
 
+    /// Every lease a registry holds, in token order, for comparing state.
+    fn dump(registry: &Registry) -> Vec<(Bytes, Bytes, u64, f64, f64)> {
+        let mut leases: Vec<_> = registry
+            .slots
+            .iter()
+            .map(|(_, e)| {
+                (
+                    e.run_id.clone(),
+                    e.worker_id.clone(),
+                    e.fencing_token,
+                    e.expires_at,
+                    e.ttl,
+                )
+            })
+            .collect();
+        leases.sort_by_key(|lease| lease.2);
+        leases
+    }
+
+    /// Runs `ops` on a recording registry. A replica fed its changes must
+    /// match it after every step; and a snapshot walked `chunk` slots at a
+    /// time from step `start`, while the ops go on, followed by the changes
+    /// made since `start`, must rebuild the final state.
+    fn check_changes_rebuild_state(
+        ops: &[Op],
+        start: usize,
+        chunk: usize,
+    ) -> Result<(), TestCaseError> {
+        let mut live = Registry::new(3.0, 0, u64::MAX);
+        live.set_recording(true);
+        let mut replica = Registry::new(3.0, 0, u64::MAX);
+        let mut model = Model::new(3.0, 0, u64::MAX);
+        let mut now = 0.0;
+        let mut snapshot = Vec::new();
+        let mut since_start = Vec::new();
+        let mut cursor = None;
+        for (step, op) in ops.iter().enumerate() {
+            if step == start {
+                snapshot.push(Change::LastToken(live.last_token()));
+                cursor = Some(0);
+            }
+            let cmd = resolve(op, &model, &mut now, 0);
+            model.apply(&cmd);
+            apply(&mut live, &cmd);
+            for change in live.take_changes() {
+                replica.apply(change.clone());
+                if step >= start {
+                    since_start.push(change);
+                }
+            }
+            prop_assert_eq!(dump(&replica), dump(&live), "replica after step {}", step);
+            prop_assert_eq!(replica.last_token(), live.last_token());
+            if let Some(from) = cursor {
+                cursor = live.snapshot(from, chunk, |change| snapshot.push(change));
+            }
+        }
+        while let Some(from) = cursor {
+            cursor = live.snapshot(from, chunk, |change| snapshot.push(change));
+        }
+        let mut rebuilt = Registry::new(3.0, 0, u64::MAX);
+        for change in snapshot.into_iter().chain(since_start) {
+            rebuilt.apply(change);
+        }
+        prop_assert_eq!(dump(&rebuilt), dump(&live));
+        prop_assert_eq!(rebuilt.last_token(), live.last_token());
+        // Applying the same changes again changes nothing.
+        let mut again = Registry::new(3.0, 0, u64::MAX);
+        live.set_recording(false);
+        let mut all = Vec::new();
+        let mut from = Some(0);
+        while let Some(at) = from {
+            from = live.snapshot(at, 7, |change| all.push(change));
+        }
+        for change in all.iter().chain(all.iter()) {
+            again.apply(change.clone());
+        }
+        prop_assert_eq!(dump(&again), dump(&live));
+        Ok(())
+    }
+
+    #[test]
+    fn nothing_is_recorded_unless_asked() {
+        let mut registry = registry();
+        acquire(&mut registry, b"run", b"w", 0.0).unwrap();
+        assert_eq!(registry.take_changes().count(), 0);
+        registry.set_recording(true);
+        registry.heartbeat(b"run:w:1", 1, 1.0);
+        registry.validate(b"run", b"run:w:1", 1, 2.0);
+        registry.release(b"run:w:1", 1);
+        let changes: Vec<_> = registry.take_changes().collect();
+        assert_eq!(
+            changes,
+            vec![
+                Change::Extend {
+                    fencing_token: 1,
+                    expires_at: 11.0
+                },
+                Change::Remove { fencing_token: 1 },
+            ]
+        );
+    }
+
     proptest! {
         #[test]
         fn registry_matches_the_model(ops in prop::collection::vec(lease_op(), 1..80)) {
@@ -1573,6 +1842,16 @@ mod tests {
         ) {
             let last_token = if near_max { MAX_TOKEN - 4 } else { 0 };
             check_against_model(3.0, last_token, last_token + headroom, &ops)?;
+        }
+
+        #[test]
+        fn changes_and_fuzzy_snapshots_rebuild_the_state(
+            ops in prop::collection::vec(lease_op(), 1..80),
+            start in any::<Index>(),
+            chunk in 1usize..6,
+        ) {
+            let start = start.index(ops.len());
+            check_changes_rebuild_state(&ops, start, chunk)?;
         }
     }
 }

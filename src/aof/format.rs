@@ -35,7 +35,11 @@ pub enum ReplayError {
     BadHeader,
     /// A whole record that fails its checksum or does not decode, at this
     /// offset; records before it were replayed.
-    Corrupt { offset: u64, reason: String, replayed: Replayed },
+    Corrupt {
+        offset: u64,
+        reason: String,
+        replayed: Replayed,
+    },
     /// Reading failed.
     Io(String),
 }
