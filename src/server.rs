@@ -16,6 +16,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
@@ -225,6 +226,8 @@ pub async fn run(
             )
         })?;
 
+    let mut signals =
+        Signals::install().map_err(|e| format!("cannot listen for SIGTERM/SIGINT: {e}"))?;
     let addrs: Vec<String> = shared.listen_addrs.iter().map(|a| a.to_string()).collect();
     info!("Ready to accept connections on {}", addrs.join(", "));
 
@@ -239,7 +242,7 @@ pub async fn run(
     }
     tokio::select! {
         _ = shutdown => {}
-        _ = shutdown_signal() => {}
+        _ = signals.recv() => {}
         _ = shared.shutdown.cancelled() => {}
     }
     info!(
@@ -312,26 +315,27 @@ fn raw_fd(_: &TcpStream) -> i32 {
     -1
 }
 
-/// Completes on SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut term), Ok(mut int)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) else {
-            error!("cannot listen for SIGTERM/SIGINT");
-            return std::future::pending().await;
-        };
-        tokio::select! {
-            _ = term.recv() => info!("Received SIGTERM scheduling shutdown..."),
-            _ = int.recv() => info!("Received SIGINT scheduling shutdown..."),
-        }
+/// SIGTERM and SIGINT, registered before the server says it is ready, so
+/// a signal sent right after start-up shuts it down cleanly instead of
+/// killing it.
+struct Signals {
+    term: Signal,
+    int: Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => info!("Received SIGTERM scheduling shutdown..."),
+            _ = self.int.recv() => info!("Received SIGINT scheduling shutdown..."),
+        }
     }
 }
 
