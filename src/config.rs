@@ -15,6 +15,7 @@ use crate::splitargs::split_args;
 use clap::builder::ValueRange;
 use clap::{Arg, ArgMatches, Command};
 
+use crate::aof::FsyncPolicy;
 use crate::glob;
 
 /// Redis's log levels, mapped onto `tracing` levels.
@@ -68,6 +69,19 @@ pub struct Config {
     /// Default lease TTL in seconds.
     pub lease_ttl: f64,
     pub loglevel: LogLevel,
+    /// Whether changes go to the append-only log (leases survive restarts).
+    pub appendonly: bool,
+    /// The log's file name inside `dir`.
+    pub appendfilename: String,
+    /// When the log is fsynced.
+    pub appendfsync: FsyncPolicy,
+    /// Rewrite the log when it has grown by this percentage since the last
+    /// rewrite (0: never automatically).
+    pub auto_aof_rewrite_percentage: u64,
+    /// ... and is at least this many bytes.
+    pub auto_aof_rewrite_min_size: u64,
+    /// Start with the good records before a corrupt one instead of refusing.
+    pub aof_load_good_prefix: bool,
     /// The configuration file read at start-up, if any.
     pub config_file: Option<PathBuf>,
 }
@@ -185,6 +199,66 @@ static DIRECTIVES: &[Directive] = &[
         set: set_loglevel,
         show: |c| c.loglevel.as_str().to_owned(),
     },
+    Directive {
+        name: "appendonly",
+        default: &["yes"],
+        value_name: "yes|no",
+        help: "Log every change to the append-only log, so leases survive restarts",
+        arity: Arity::One,
+        set: |c, args| set_yes_no(&mut c.appendonly, "appendonly", &args[0]),
+        show: |c| yes_no(c.appendonly),
+    },
+    Directive {
+        name: "appendfilename",
+        default: &["leased.aof"],
+        value_name: "NAME",
+        help: "File name of the append-only log, inside dir",
+        arity: Arity::One,
+        set: set_appendfilename,
+        show: |c| c.appendfilename.clone(),
+    },
+    Directive {
+        name: "appendfsync",
+        default: &["everysec"],
+        value_name: "always|everysec|no",
+        help: "When the log is fsynced: before each reply, once a second, or when the OS decides",
+        arity: Arity::One,
+        set: set_appendfsync,
+        show: |c| c.appendfsync.as_str().to_owned(),
+    },
+    Directive {
+        name: "auto-aof-rewrite-percentage",
+        default: &["100"],
+        value_name: "PERCENT",
+        help: "Rewrite the log once it has grown by this much since the last rewrite; 0 disables",
+        arity: Arity::One,
+        set: set_rewrite_percentage,
+        show: |c| c.auto_aof_rewrite_percentage.to_string(),
+    },
+    Directive {
+        name: "auto-aof-rewrite-min-size",
+        default: &["64mb"],
+        value_name: "SIZE",
+        help: "Never rewrite the log automatically below this size (e.g. 64mb, 1gb)",
+        arity: Arity::One,
+        set: set_rewrite_min_size,
+        show: |c| c.auto_aof_rewrite_min_size.to_string(),
+    },
+    Directive {
+        name: "aof-load-good-prefix",
+        default: &["no"],
+        value_name: "yes|no",
+        help: "On a corrupt log, start with the records before the damage instead of refusing",
+        arity: Arity::One,
+        set: |c, args| {
+            set_yes_no(
+                &mut c.aof_load_good_prefix,
+                "aof-load-good-prefix",
+                &args[0],
+            )
+        },
+        show: |c| yes_no(c.aof_load_good_prefix),
+    },
 ];
 
 /// Settings that Redis tools query (redis-benchmark asks for `save` and
@@ -194,8 +268,6 @@ static DIRECTIVES: &[Directive] = &[
 static READ_ONLY: &[(&str, &str)] = &[
     // No RDB snapshots, ever.
     ("save", ""),
-    // No append-only log yet.
-    ("appendonly", "no"),
     // One registry, like a single database.
     ("databases", "1"),
 ];
@@ -245,6 +317,72 @@ fn set_loglevel(config: &mut Config, args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+fn set_yes_no(field: &mut bool, name: &str, arg: &str) -> Result<(), String> {
+    *field = match arg.to_ascii_lowercase().as_str() {
+        "yes" => true,
+        "no" => false,
+        _ => return Err(format!("invalid {name} (expected yes or no)")),
+    };
+    Ok(())
+}
+
+fn yes_no(value: bool) -> String {
+    if value { "yes" } else { "no" }.to_owned()
+}
+
+fn set_appendfilename(config: &mut Config, args: &[String]) -> Result<(), String> {
+    let name = &args[0];
+    // A bare name, as in Redis: the log lives in `dir`.
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return Err("invalid appendfilename (expected a file name without '/')".into());
+    }
+    config.appendfilename = name.clone();
+    Ok(())
+}
+
+fn set_appendfsync(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.appendfsync = FsyncPolicy::from_name(&args[0])
+        .ok_or("invalid appendfsync (expected one of: always, everysec, no)")?;
+    Ok(())
+}
+
+fn set_rewrite_percentage(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.auto_aof_rewrite_percentage = parse_i64(args[0].as_bytes())
+        .and_then(|n| u64::try_from(n).ok())
+        .ok_or("invalid auto-aof-rewrite-percentage (expected an integer >= 0)")?;
+    Ok(())
+}
+
+fn set_rewrite_min_size(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.auto_aof_rewrite_min_size = parse_memory(&args[0]).ok_or(
+        "invalid auto-aof-rewrite-min-size (expected bytes, or a size such as 64mb or 1gb)",
+    )?;
+    Ok(())
+}
+
+/// A size as redis.conf writes one: a number with an optional unit, where
+/// `k`, `m` and `g` are powers of 1000 and `kb`, `mb` and `gb` powers of
+/// 1024, in any case.
+fn parse_memory(text: &str) -> Option<u64> {
+    let lower = text.to_ascii_lowercase();
+    let digits_end = lower
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(lower.len());
+    let (digits, unit) = lower.split_at(digits_end);
+    let multiplier: u64 = match unit {
+        "" | "b" => 1,
+        "k" => 1000,
+        "kb" => 1024,
+        "m" => 1000 * 1000,
+        "mb" => 1024 * 1024,
+        "g" => 1000 * 1000 * 1000,
+        "gb" => 1024 * 1024 * 1024,
+        _ => return None,
+    };
+    let number = u64::try_from(parse_i64(digits.as_bytes())?).ok()?;
+    number.checked_mul(multiplier)
+}
+
 fn lookup(name: &str) -> Option<&'static Directive> {
     DIRECTIVES
         .iter()
@@ -283,6 +421,12 @@ impl Default for Config {
             dir: PathBuf::new(),
             lease_ttl: 0.0,
             loglevel: LogLevel::Notice,
+            appendonly: false,
+            appendfilename: String::new(),
+            appendfsync: FsyncPolicy::EverySec,
+            auto_aof_rewrite_percentage: 0,
+            auto_aof_rewrite_min_size: 0,
+            aof_load_good_prefix: false,
             config_file: None,
         };
         for directive in DIRECTIVES {
@@ -560,8 +704,46 @@ mod tests {
             invalid("save 900 1"),
             "test.conf:1: 'save 900 1': unknown directive 'save'"
         );
-        assert!(invalid("appendonly no").contains("unknown directive 'appendonly'"));
         assert!(invalid("databases 1").contains("unknown directive 'databases'"));
+    }
+
+    #[test]
+    fn persistence_directives() {
+        let config = parse_text(
+            "appendonly no\nappendfsync ALWAYS\nappendfilename log.aof\n\
+             auto-aof-rewrite-percentage 0\nauto-aof-rewrite-min-size 1gb\n\
+             aof-load-good-prefix yes",
+        )
+        .unwrap();
+        assert!(!config.appendonly);
+        assert_eq!(config.appendfsync, FsyncPolicy::Always);
+        assert_eq!(config.appendfilename, "log.aof");
+        assert_eq!(config.auto_aof_rewrite_percentage, 0);
+        assert_eq!(config.auto_aof_rewrite_min_size, 1 << 30);
+        assert!(config.aof_load_good_prefix);
+        for (size, bytes) in [
+            ("100", 100),
+            ("1k", 1000),
+            ("1KB", 1024),
+            ("2m", 2_000_000),
+            ("3mb", 3 << 20),
+            ("1g", 1_000_000_000),
+        ] {
+            assert_eq!(parse_memory(size), Some(bytes), "{size}");
+        }
+        for bad in ["", "mb", "-1mb", "1tb", "1.5mb", "01mb"] {
+            assert_eq!(parse_memory(bad), None, "{bad}");
+        }
+        assert!(invalid("appendonly maybe").contains("invalid appendonly (expected yes or no)"));
+        assert!(invalid("appendfsync sometimes").contains("invalid appendfsync"));
+        assert!(invalid("appendfilename a/b").contains("invalid appendfilename"));
+        assert!(
+            invalid("auto-aof-rewrite-percentage -5")
+                .contains("invalid auto-aof-rewrite-percentage")
+        );
+        assert!(
+            invalid("auto-aof-rewrite-min-size lots").contains("invalid auto-aof-rewrite-min-size")
+        );
     }
 
     #[test]
@@ -709,8 +891,13 @@ mod tests {
             ("dir", "./data"),
             ("lease-ttl", "10"),
             ("loglevel", "notice"),
+            ("appendonly", "yes"),
+            ("appendfilename", "leased.aof"),
+            ("appendfsync", "everysec"),
+            ("auto-aof-rewrite-percentage", "100"),
+            ("auto-aof-rewrite-min-size", "67108864"),
+            ("aof-load-good-prefix", "no"),
             ("save", ""),
-            ("appendonly", "no"),
             ("databases", "1"),
         ];
         let all: Vec<(&str, &str)> = all.iter().map(|(n, v)| (*n, v.as_str())).collect();

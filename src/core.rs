@@ -1,27 +1,35 @@
-//! The core task: the single owner of the registry.
+//! The core: the single owner of the registry and the append-only log, on
+//! a thread of its own.
 //!
 //! Connections send it one [`Batch`] per socket read (all the lease
 //! commands of that read), so a pipelining client costs one wake-up per
 //! read, not one per command. The core drains every queued batch, applies
-//! them in order, and only then answers them all; the append-only log will
-//! write and fsync between the two, once per drain (group commit).
+//! them in order, writes their changes to the log with one write (and with
+//! `appendfsync always` one fsync), and only then answers them all: group
+//! commit. While it waits on the disk, new batches queue up and make the
+//! next round larger. Its own thread may block on the disk without holding
+//! up the connections' runtime.
 //!
 //! The core also keeps fencing tokens durable: it never lets the registry
 //! issue a token above the ceiling stored on disk, and raises that ceiling
-//! a block at a time on a blocking thread, ahead of need.
+//! a block at a time on a helper thread, ahead of need.
 
 use std::io;
 use std::sync::Arc;
+use std::sync::mpsc::{self as std_mpsc, TryRecvError};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
+use crate::aof::{Log, LogOptions, RewriteStep};
 use crate::ceiling::CeilingWriter;
+use crate::ceiling::DataDir;
 use crate::command::LeaseCommand;
+use crate::config::Config;
 use crate::info;
-use crate::registry::{Lease, Registry, TokenError};
+use crate::registry::{Change, Lease, Registry, TokenError};
 use crate::reply::Reply;
 use crate::server::{Shared, wall_clock};
 
@@ -37,6 +45,9 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 const QUEUE_DEPTH: usize = 1024;
 /// The most batches applied between two rounds of replies.
 const MAX_DRAIN: usize = 512;
+/// How long the core naps while a rewrite waits on its writer and no
+/// requests are queued.
+const REWRITE_NAP: Duration = Duration::from_millis(1);
 
 /// The lease commands of one read, and where to send their replies.
 struct Batch {
@@ -45,7 +56,7 @@ struct Batch {
 }
 
 /// How connections reach the core. When the last handle is dropped the
-/// core stores the ceiling and ends.
+/// core flushes the log, stores the ceiling and ends.
 #[derive(Clone, Debug)]
 pub struct CoreHandle {
     queue: mpsc::Sender<Batch>,
@@ -67,9 +78,13 @@ impl CoreHandle {
 
 pub struct Core {
     registry: Registry,
+    /// The append-only log; `None` with `appendonly no`.
+    log: Option<Log>,
+    /// Registry time as last written to the log.
+    logged_time: f64,
     ceiling: CeilingWriter,
-    /// A ceiling write under way, and the ceiling it stores.
-    reservation: Option<JoinHandle<io::Result<u64>>>,
+    /// A ceiling write under way, answering with the ceiling it stored.
+    reservation: Option<std_mpsc::Receiver<io::Result<u64>>>,
     /// The last failed ceiling write: when, and the error reply it gave.
     failure: Option<(Instant, String)>,
     shared: Arc<Shared>,
@@ -77,66 +92,113 @@ pub struct Core {
 
 impl Core {
     /// Reserves the first block of tokens (so a data directory that cannot
-    /// be written stops the start) and spawns the core task.
-    pub async fn start(
-        registry: Registry,
+    /// be written stops the start) and starts the core thread.
+    pub fn start(
+        mut registry: Registry,
+        log: Option<Log>,
         ceiling: CeilingWriter,
         shared: Arc<Shared>,
     ) -> io::Result<(CoreHandle, JoinHandle<()>)> {
-        let mut core = Core {
+        let first = registry.last_token().saturating_add(TOKEN_BLOCK);
+        ceiling.store(first)?;
+        registry.set_token_ceiling(first);
+        registry.set_recording(log.is_some());
+        let core = Core {
+            logged_time: registry.time(),
             registry,
+            log,
             ceiling,
             reservation: None,
             failure: None,
             shared,
         };
-        let first = core.registry.last_token() + TOKEN_BLOCK;
-        let writer = core.ceiling.clone();
-        tokio::task::spawn_blocking(move || writer.store(first))
-            .await
-            .map_err(io::Error::other)??;
-        core.registry.set_token_ceiling(first);
         let (queue, batches) = mpsc::channel(QUEUE_DEPTH);
-        let task = tokio::spawn(core.run(batches));
-        Ok((CoreHandle { queue }, task))
+        let thread = std::thread::Builder::new()
+            .name("leased-core".into())
+            .spawn(move || core.run(batches))?;
+        Ok((CoreHandle { queue }, thread))
     }
 
-    async fn run(mut self, mut queue: mpsc::Receiver<Batch>) {
+    fn run(mut self, mut queue: mpsc::Receiver<Batch>) {
         let mut batches = Vec::with_capacity(MAX_DRAIN);
+        while self.receive(&mut queue, &mut batches) {
+            self.serve(&mut batches);
+        }
+        self.finish();
+    }
+
+    /// Waits for batches; while a rewrite runs, does a step of it whenever
+    /// none are queued. False once every handle is gone.
+    fn receive(&mut self, queue: &mut mpsc::Receiver<Batch>, batches: &mut Vec<Batch>) -> bool {
         loop {
-            tokio::select! {
-                biased;
-                Some(done) = wait(&mut self.reservation) => self.reserved(done),
-                count = queue.recv_many(&mut batches, MAX_DRAIN) => {
-                    if count == 0 {
-                        break;
+            let step = match &mut self.log {
+                Some(log) => log.step_rewrite(&self.registry),
+                None => RewriteStep::Idle,
+            };
+            if step == RewriteStep::Idle {
+                return queue.blocking_recv_many(batches, MAX_DRAIN) > 0;
+            }
+            match queue.try_recv() {
+                Ok(batch) => {
+                    batches.push(batch);
+                    while batches.len() < MAX_DRAIN {
+                        let Ok(batch) = queue.try_recv() else { break };
+                        batches.push(batch);
                     }
-                    self.serve(&mut batches).await;
+                    return true;
                 }
+                Err(mpsc::error::TryRecvError::Disconnected) => return false,
+                Err(mpsc::error::TryRecvError::Empty) if step == RewriteStep::Waiting => {
+                    std::thread::sleep(REWRITE_NAP);
+                }
+                Err(mpsc::error::TryRecvError::Empty) => {}
             }
         }
-        self.finish().await;
     }
 
-    /// Applies every drained batch, then answers them all.
-    async fn serve(&mut self, batches: &mut Vec<Batch>) {
+    /// Applies every drained batch, commits their changes, then answers
+    /// them all.
+    fn serve(&mut self, batches: &mut Vec<Batch>) {
+        self.poll_reservation();
         let clock = wall_clock();
+        let refusal = self.log.as_ref().and_then(Log::refusal);
         let mut answers = Vec::with_capacity(batches.len());
         for batch in batches.drain(..) {
             let mut replies = Vec::with_capacity(batch.commands.len());
+            // Replies of commands that changed state: they are only true
+            // once the change is in the log.
+            let mut changed = Vec::new();
             for command in batch.commands {
-                replies.push(self.apply(command, clock).await);
+                if let Some(refusal) = &refusal
+                    && command.changes_state()
+                {
+                    replies.push(Reply::error(refusal.clone()));
+                    continue;
+                }
+                let reply = self.apply(command, clock);
+                if self.log_changes() {
+                    changed.push(replies.len());
+                }
+                replies.push(reply);
             }
-            answers.push((batch.reply, replies));
+            answers.push((batch.reply, replies, changed));
         }
-        for (reply, replies) in answers {
+        if let Err(error) = self.commit() {
+            for (_, replies, changed) in &mut answers {
+                for &index in changed.iter() {
+                    replies[index] = Reply::error(error.clone());
+                }
+            }
+        }
+        for (reply, replies, _) in answers {
             // A client that went away no longer needs its replies.
             let _ = reply.send(replies);
         }
         self.reserve_ahead();
+        self.rewrite_when_grown();
     }
 
-    async fn apply(&mut self, command: LeaseCommand, clock: f64) -> Reply {
+    fn apply(&mut self, command: LeaseCommand, clock: f64) -> Reply {
         let registry = &mut self.registry;
         match command {
             LeaseCommand::Acquire {
@@ -144,25 +206,7 @@ impl Core {
                 worker_id,
                 now,
                 ttl,
-            } => {
-                let now = now.unwrap_or(clock);
-                loop {
-                    match self.registry.acquire(&run_id, &worker_id, now, ttl) {
-                        Ok(Some(lease)) => return lease_reply(&lease, None),
-                        Ok(None) => return Reply::Null,
-                        Err(TokenError::Exhausted) => {
-                            return Reply::error(
-                                "ERR every fencing token up to 2^63-1 has been issued",
-                            );
-                        }
-                        Err(TokenError::CeilingReached) => {
-                            if let Err(reply) = self.raise_ceiling().await {
-                                return reply;
-                            }
-                        }
-                    }
-                }
-            }
+            } => self.acquire(&run_id, &worker_id, now.unwrap_or(clock), ttl),
             LeaseCommand::Heartbeat {
                 lease_id,
                 token,
@@ -183,13 +227,75 @@ impl Core {
             }
             LeaseCommand::DbSize => Reply::Int(registry.len() as i64),
             LeaseCommand::Info { sections } => {
-                Reply::Verbatim(info::render(&sections, &self.shared, registry).into())
+                let status = self.log.as_ref().map(Log::status);
+                let text = info::render(&sections, &self.shared, registry, status.as_ref());
+                Reply::Verbatim(text.into())
+            }
+            LeaseCommand::RewriteLog => match &mut self.log {
+                None => Reply::error("ERR the append-only log is disabled (appendonly no)"),
+                Some(log) => match log.start_rewrite(registry) {
+                    Ok(()) => Reply::Status("Background append only file rewriting started"),
+                    Err(error) => Reply::error(error),
+                },
+            },
+        }
+    }
+
+    fn acquire(&mut self, run_id: &[u8], worker_id: &[u8], now: f64, ttl: Option<f64>) -> Reply {
+        loop {
+            match self.registry.acquire(run_id, worker_id, now, ttl) {
+                Ok(Some(lease)) => return lease_reply(&lease, None),
+                Ok(None) => return Reply::Null,
+                Err(TokenError::Exhausted) => {
+                    return Reply::error("ERR every fencing token up to 2^63-1 has been issued");
+                }
+                Err(TokenError::CeilingReached) => {
+                    if let Err(reply) = self.raise_ceiling() {
+                        return reply;
+                    }
+                }
             }
         }
     }
 
+    /// Moves the registry's recorded changes into the log; true if there
+    /// were any.
+    fn log_changes(&mut self) -> bool {
+        let Some(log) = &mut self.log else {
+            return false;
+        };
+        let mut any = false;
+        for change in self.registry.take_changes() {
+            log.append(&change);
+            any = true;
+        }
+        any
+    }
+
+    /// Writes this round's changes, and registry time if it moved.
+    fn commit(&mut self) -> Result<(), String> {
+        let Some(log) = &mut self.log else {
+            return Ok(());
+        };
+        let time = self.registry.time();
+        if time > self.logged_time {
+            log.append(&Change::Time(time));
+            self.logged_time = time;
+        }
+        log.commit()
+    }
+
+    fn rewrite_when_grown(&mut self) {
+        if let Some(log) = &mut self.log
+            && log.wants_rewrite()
+            && let Err(error) = log.start_rewrite(&self.registry)
+        {
+            error!("{error}");
+        }
+    }
+
     /// Waits until the ceiling allows at least one more token.
-    async fn raise_ceiling(&mut self) -> Result<(), Reply> {
+    fn raise_ceiling(&mut self) -> Result<(), Reply> {
         if let Some((when, reply)) = &self.failure
             && when.elapsed() < RETRY_AFTER
         {
@@ -198,7 +304,10 @@ impl Core {
         if self.reservation.is_none() {
             self.start_reservation();
         }
-        if let Some(done) = wait(&mut self.reservation).await {
+        if let Some(reservation) = self.reservation.take() {
+            let done = reservation
+                .recv()
+                .unwrap_or_else(|_| Err(io::Error::other("the ceiling writer stopped")));
             self.reserved(done);
         }
         match &self.failure {
@@ -207,6 +316,20 @@ impl Core {
             }
             _ => Ok(()),
         }
+    }
+
+    /// Takes the outcome of a ceiling write that finished meanwhile.
+    fn poll_reservation(&mut self) {
+        let Some(reservation) = &self.reservation else {
+            return;
+        };
+        let done = match reservation.try_recv() {
+            Err(TryRecvError::Empty) => return,
+            Err(TryRecvError::Disconnected) => Err(io::Error::other("the ceiling writer stopped")),
+            Ok(done) => done,
+        };
+        self.reservation = None;
+        self.reserved(done);
     }
 
     /// Starts writing a new block in the background when few tokens remain.
@@ -224,9 +347,16 @@ impl Core {
     fn start_reservation(&mut self) {
         let target = self.registry.last_token().saturating_add(TOKEN_BLOCK);
         let writer = self.ceiling.clone();
-        self.reservation = Some(tokio::task::spawn_blocking(move || {
-            writer.store(target).map(|()| target)
-        }));
+        let (done, reservation) = std_mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("leased-ceiling".into())
+            .spawn(move || {
+                let _ = done.send(writer.store(target).map(|()| target));
+            });
+        match spawned {
+            Ok(_) => self.reservation = Some(reservation),
+            Err(error) => self.reserved(Err(error)),
+        }
     }
 
     fn reserved(&mut self, done: io::Result<u64>) {
@@ -246,29 +376,64 @@ impl Core {
         }
     }
 
-    /// Lowers the stored ceiling to the last token issued, so a restart
-    /// continues right after it.
-    async fn finish(mut self) {
-        if let Some(done) = wait(&mut self.reservation).await {
+    /// Flushes the log, then lowers the stored ceiling to the last token
+    /// issued, so a restart continues right after it.
+    fn finish(mut self) {
+        if let Err(error) = self.commit() {
+            error!("Flushing the append-only log at shutdown failed: {error}");
+        }
+        if let Some(log) = self.log.take() {
+            match log.close() {
+                Ok(()) => info!("Append-only log flushed"),
+                Err(error) => error!("Flushing the append-only log at shutdown failed: {error}"),
+            }
+        }
+        if let Some(reservation) = self.reservation.take()
+            && let Ok(done) = reservation.recv()
+        {
             self.reserved(done);
         }
         let last = self.registry.last_token();
-        let writer = self.ceiling.clone();
-        match tokio::task::spawn_blocking(move || writer.store(last)).await {
-            Ok(Ok(())) => info!("Token ceiling saved: the last fencing token issued is {last}"),
-            Ok(Err(error)) => error!("Saving the token ceiling failed: {error}"),
+        match self.ceiling.store(last) {
+            Ok(()) => info!("Token ceiling saved: the last fencing token issued is {last}"),
             Err(error) => error!("Saving the token ceiling failed: {error}"),
         }
     }
 }
 
-/// Completes with the outcome of the ceiling write under way, or never if
-/// there is none (so it can sit in a `select!`).
-async fn wait(reservation: &mut Option<JoinHandle<io::Result<u64>>>) -> Option<io::Result<u64>> {
-    let handle = reservation.as_mut()?;
-    let outcome = handle.await.unwrap_or_else(|e| Err(io::Error::other(e)));
-    *reservation = None;
-    Some(outcome)
+/// Rebuilds the registry at start-up: from the token ceiling, then from the
+/// append-only log if it is on. Tokens resume above both.
+pub fn load_state(config: &Config, data_dir: &DataDir) -> Result<(Registry, Option<Log>), String> {
+    let ceiling = data_dir.read_ceiling().map_err(|e| e.to_string())?;
+    let mut registry = Registry::new(config.lease_ttl, ceiling, ceiling);
+    if !config.appendonly {
+        warn!(
+            "appendonly is no: leases are kept in memory only and do not survive a restart; \
+             fencing tokens do (the token ceiling is stored in the data directory)"
+        );
+        return Ok((registry, None));
+    }
+    let options = LogOptions {
+        dir: data_dir.path().to_path_buf(),
+        file_name: config.appendfilename.clone(),
+        policy: config.appendfsync,
+        rewrite_percentage: config.auto_aof_rewrite_percentage,
+        rewrite_min_size: config.auto_aof_rewrite_min_size,
+        load_good_prefix: config.aof_load_good_prefix,
+    };
+    let started = Instant::now();
+    let (log, recovery) = Log::open(options, |change| registry.apply(change))?;
+    info!(
+        "Loaded {} records from the append-only log {} in {:.3} seconds: {} leases, \
+         last fencing token {}, appendfsync {}",
+        recovery.records,
+        log.path().display(),
+        started.elapsed().as_secs_f64(),
+        registry.len(),
+        registry.last_token(),
+        config.appendfsync.as_str(),
+    );
+    Ok((registry, Some(log)))
 }
 
 fn flag(value: bool) -> Reply {

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 
+use crate::aof::LogStatus;
 use crate::registry::Registry;
 use crate::reply::format_double;
 use crate::server::Shared;
@@ -22,7 +23,12 @@ const SECTIONS: &[&str] = &[
 
 /// Renders the requested sections (all of them for none, `all`, `default`
 /// or `everything`); unknown names are ignored, as in Redis.
-pub fn render(requested: &[Bytes], shared: &Shared, registry: &Registry) -> String {
+pub fn render(
+    requested: &[Bytes],
+    shared: &Shared,
+    registry: &Registry,
+    log: Option<&LogStatus>,
+) -> String {
     let everything = requested.is_empty()
         || requested.iter().any(|name| {
             [&b"all"[..], b"default", b"everything"]
@@ -45,7 +51,7 @@ pub fn render(requested: &[Bytes], shared: &Shared, registry: &Registry) -> Stri
             "server" => server(&mut out, shared),
             "clients" => clients(&mut out, shared),
             "memory" => memory(&mut out),
-            "persistence" => persistence(&mut out, registry),
+            "persistence" => persistence(&mut out, registry, log),
             "stats" => stats(&mut out, shared),
             _ => leases(&mut out, registry),
         }
@@ -98,10 +104,26 @@ fn memory(out: &mut String) {
     line(out, "used_memory_rss_human", human_bytes(rss));
 }
 
-fn persistence(out: &mut String, registry: &Registry) {
+fn persistence(out: &mut String, registry: &Registry, log: Option<&LogStatus>) {
     out.push_str("# Persistence\r\n");
     line(out, "loading", 0);
-    line(out, "aof_enabled", 0);
+    line(out, "aof_enabled", i32::from(log.is_some()));
+    if let Some(log) = log {
+        let ok = |good: bool| if good { "ok" } else { "err" };
+        line(out, "aof_fsync", log.policy.as_str());
+        line(
+            out,
+            "aof_rewrite_in_progress",
+            i32::from(log.rewrite_in_progress),
+        );
+        line(out, "aof_rewrites", log.rewrites);
+        line(out, "aof_last_rewrite_time_sec", log.last_rewrite_secs);
+        line(out, "aof_last_bgrewrite_status", ok(log.last_rewrite_ok));
+        line(out, "aof_last_write_status", ok(log.last_write_ok));
+        line(out, "aof_last_fsync_status", ok(log.last_fsync_ok));
+        line(out, "aof_current_size", log.size);
+        line(out, "aof_base_size", log.base_size);
+    }
     line(out, "token_ceiling", registry.token_ceiling());
 }
 

@@ -8,7 +8,7 @@ use leased::ceiling::DataDir;
 use leased::config::{Config, ConfigError, LogLevel};
 use leased::server;
 use tracing::level_filters::LevelFilter;
-use tracing::{error, info, warn};
+use tracing::{error, info};
 
 fn main() -> ExitCode {
     let config = match Config::from_args(std::env::args_os()) {
@@ -51,10 +51,6 @@ async fn start(config: Config) -> Result<(), String> {
     );
     let data_dir = DataDir::open(&config.dir).map_err(|e| e.to_string())?;
     info!("Data directory: {}", absolute(&config.dir));
-    warn!(
-        "Leases are kept in memory only and do not survive a restart; \
-         fencing tokens do (the token ceiling is stored in the data directory)"
-    );
     let listeners = server::bind(&config).await?;
     server::run(config, listeners, data_dir, std::future::pending()).await
 }

@@ -25,8 +25,7 @@ use crate::ceiling::DataDir;
 use crate::command::CommandName;
 use crate::config::Config;
 use crate::connection::Connection;
-use crate::core::Core;
-use crate::registry::Registry;
+use crate::core::{Core, load_state};
 use crate::reply::Protocol;
 
 /// State every connection and the core can see.
@@ -202,8 +201,7 @@ pub async fn run(
     data_dir: DataDir,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), String> {
-    let ceiling = data_dir.read_ceiling().map_err(|e| e.to_string())?;
-    let registry = Registry::new(config.lease_ttl, ceiling, ceiling);
+    let (registry, log) = load_state(&config, &data_dir)?;
     let listen_addrs = listeners
         .iter()
         .map(|l| l.local_addr())
@@ -217,8 +215,7 @@ pub async fn run(
         stats: Stats::default(),
         shutdown: CancellationToken::new(),
     });
-    let (core, core_task) = Core::start(registry, data_dir.ceiling_writer(), shared.clone())
-        .await
+    let (core, core_thread) = Core::start(registry, log, data_dir.ceiling_writer(), shared.clone())
         .map_err(|e| {
             format!(
                 "cannot write the token ceiling in '{}': {e}",
@@ -253,7 +250,8 @@ pub async fn run(
     tracker.close();
     tracker.wait().await;
     drop(core);
-    if core_task.await.is_err() {
+    let joined = tokio::task::spawn_blocking(move || core_thread.join()).await;
+    if !matches!(joined, Ok(Ok(()))) {
         error!("the registry core stopped abnormally");
     }
     info!("leased is now ready to exit, bye bye...");

@@ -49,6 +49,22 @@ pub enum LeaseCommand {
     Info {
         sections: Vec<Bytes>,
     },
+    /// BGREWRITEAOF: compact the append-only log.
+    RewriteLog,
+}
+
+impl LeaseCommand {
+    /// Whether the command may change leases (as opposed to only moving
+    /// registry time forward): such commands are refused while the log
+    /// cannot be written.
+    pub fn changes_state(&self) -> bool {
+        matches!(
+            self,
+            LeaseCommand::Acquire { .. }
+                | LeaseCommand::Heartbeat { .. }
+                | LeaseCommand::Release { .. }
+        )
+    }
 }
 
 /// `CLIENT SETINFO` attributes.
@@ -370,6 +386,10 @@ fn parse_get(args: &mut Args) -> Result<Command, Reply> {
 
 fn parse_dbsize(_: &mut Args) -> Result<Command, Reply> {
     Ok(Command::Lease(LeaseCommand::DbSize))
+}
+
+fn parse_bgrewriteaof(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Lease(LeaseCommand::RewriteLog))
 }
 
 fn parse_info(args: &mut Args) -> Result<Command, Reply> {

@@ -282,6 +282,17 @@ pub static COMMANDS: &[CommandSpec] = &[
         )
     },
     CommandSpec {
+        flags: &["admin", "noscript", "no_async_loading"],
+        acl_categories: &["@admin", "@slow", "@dangerous"],
+        ..command(
+            "bgrewriteaof",
+            1,
+            "server",
+            "Rewrite the append-only log as a snapshot of the live leases, in the background",
+            parse_bgrewriteaof,
+        )
+    },
+    CommandSpec {
         flags: &["fast"],
         acl_categories: FAST_CONNECTION,
         args: &[optional(arg("message", ArgKind::String))],
