@@ -18,7 +18,14 @@ fn data_dir() -> (tempfile::TempDir, PathBuf) {
     (temp, dir)
 }
 
+/// A server without the append-only log: what these tests check is that
+/// fencing tokens survive on the token ceiling alone.
 fn start(dir: &Path) -> Server {
+    Server::start_in(dir, &["--lease-ttl", "5", "--appendonly", "no"]).expect("server starts")
+}
+
+/// A server with the append-only log (the default).
+fn start_logged(dir: &Path) -> Server {
     Server::start_in(dir, &["--lease-ttl", "5"]).expect("server starts")
 }
 
@@ -101,19 +108,40 @@ fn clean_restart_continues_without_a_gap(how: Stop) {
     assert_eq!(acquire_runs(&third, "again", 2), [8, 9]);
 }
 
+/// With the log, a clean stop keeps every lease and the next token.
+fn clean_restart_keeps_leases_with_the_log(how: Stop) {
+    let (_temp, dir) = data_dir();
+    let mut first = start_logged(&dir);
+    assert_eq!(acquire_runs(&first, "run", 5), [1, 2, 3, 4, 5]);
+    stop_cleanly(&mut first, how);
+    let second = start_logged(&dir);
+    assert!(!second.log().contains("do not survive a restart"));
+    let mut con = second.connect();
+    assert_eq!(dbsize(&mut con), 5);
+    assert_eq!(
+        acquire(&mut con, "run-0", "w", 0.0),
+        None,
+        "run-0 is still held"
+    );
+    assert_eq!(acquire(&mut con, "run-new", "w", 0.0), Some(6));
+}
+
 #[test]
 fn clean_restart_after_sigterm() {
     clean_restart_continues_without_a_gap(Stop::Signal("TERM"));
+    clean_restart_keeps_leases_with_the_log(Stop::Signal("TERM"));
 }
 
 #[test]
 fn clean_restart_after_sigint() {
     clean_restart_continues_without_a_gap(Stop::Signal("INT"));
+    clean_restart_keeps_leases_with_the_log(Stop::Signal("INT"));
 }
 
 #[test]
 fn clean_restart_after_shutdown_command() {
     clean_restart_continues_without_a_gap(Stop::Shutdown(&[]));
+    clean_restart_keeps_leases_with_the_log(Stop::Shutdown(&[]));
 }
 
 #[test]

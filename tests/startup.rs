@@ -124,8 +124,9 @@ fn the_config_file_is_honoured_and_the_command_line_overrides_it() {
     command.arg(&file).args(["--lease-ttl", "7"]);
     let server = Server::spawn(command, &dir).expect("starts with the file and a flag");
     let mut con = server.connect();
+    // A new run: the first one's lease survived the restart in the log.
     let lease: redis::Value = redis::cmd("LEASE.ACQUIRE")
-        .arg("run")
+        .arg("run-2")
         .arg("w")
         .arg(0)
         .query(&mut con)
@@ -379,6 +380,19 @@ fn the_start_up_log_names_version_and_dir_and_warns_about_leases() {
         log.contains(dir.to_str().unwrap()),
         "no line names the data directory:\n{log}"
     );
+    let aof = dir.join("leased.aof");
+    assert!(
+        log.lines()
+            .any(|line| line.contains(aof.to_str().unwrap())
+                && line.contains("appendfsync everysec")),
+        "no line names the append-only log and its fsync mode:\n{log}"
+    );
+    assert!(!log.contains("do not survive a restart"), "{log}");
+    server.stop();
+
+    // Without the log, the server warns that leases will not survive.
+    let mut server = Server::start_in(&dir, &["--appendonly", "no"]).expect("starts");
+    let log = server.log();
     let warning = log
         .lines()
         .find(|line| line.contains("do not survive a restart"))
@@ -416,7 +430,9 @@ fn serve_at_loglevel(level: &str) -> String {
     let port = common::free_port();
     let mut command = Command::new(common::BINARY);
     command
-        .args(["--port", &port.to_string(), "--loglevel", level, "--dir"])
+        .args(["--port", &port.to_string(), "--loglevel", level])
+        // Without the log there is a warning to see.
+        .args(["--appendonly", "no", "--dir"])
         .arg(&dir);
     let mut server = Server::spawn_on_port(command, &dir, port).expect("starts");
     let mut con = server.connect();

@@ -217,14 +217,17 @@ fn collect_output(
         let mut ready = ready;
         for line in BufReader::new(stream).lines() {
             let Ok(line) = line else { break };
+            // Into the log first, so a test woken by readiness sees the line.
+            {
+                let mut log = log.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
             if let Some(port) = ready_port(&line)
                 && let Some(tx) = ready.take()
             {
                 let _ = tx.send(port);
             }
-            let mut log = log.lock().unwrap();
-            log.push_str(&line);
-            log.push('\n');
         }
     })
 }
