@@ -287,8 +287,8 @@ impl Log {
         let Some(rewrite) = &mut self.rewrite else {
             return RewriteStep::Idle;
         };
-        if let Some(from) = rewrite.cursor {
-            return rewrite.encode_chunk(registry, from);
+        if rewrite.chunks.is_some() {
+            return rewrite.send_chunk(registry);
         }
         match rewrite.written.try_recv() {
             Err(TryRecvError::Empty) => RewriteStep::Waiting,
@@ -487,7 +487,7 @@ fn keep_copy(path: &Path) -> Result<PathBuf, String> {
 struct Rewrite {
     temp: PathBuf,
     /// Encoded snapshot chunks for the writer; dropped to say "done".
-    chunks: Option<SyncSender<Vec<u8>>>,
+    chunks: Option<SyncSender<BytesMut>>,
     /// The writer's answer: the finished, fsynced file.
     written: Receiver<io::Result<File>>,
     /// The next registry slot to encode, until the snapshot is complete.
@@ -496,7 +496,7 @@ struct Rewrite {
     since_start: BytesMut,
     started: Instant,
     /// A chunk the writer had no room for yet.
-    held: Option<Vec<u8>>,
+    held: Option<BytesMut>,
 }
 
 impl Rewrite {
@@ -506,7 +506,7 @@ impl Rewrite {
             .create_new(true)
             .append(true)
             .open(&temp)?;
-        let (chunks, incoming) = mpsc::sync_channel::<Vec<u8>>(REWRITE_QUEUE);
+        let (chunks, incoming) = mpsc::sync_channel::<BytesMut>(REWRITE_QUEUE);
         let (done, written) = mpsc::channel();
         std::thread::Builder::new()
             .name("leased-rewrite".into())
@@ -524,20 +524,22 @@ impl Rewrite {
         })
     }
 
-    fn encode_chunk(&mut self, registry: &Registry, from: usize) -> RewriteStep {
+    /// Encodes the next slots (or retries a chunk the writer had no room
+    /// for) and hands them to the writer; closes the channel after the last.
+    fn send_chunk(&mut self, registry: &Registry) -> RewriteStep {
         let Some(chunks) = &self.chunks else {
             return RewriteStep::Waiting;
         };
-        let chunk = match self.held.take() {
-            Some(chunk) => chunk,
-            None => {
+        let chunk = match (self.held.take(), self.cursor) {
+            (Some(chunk), _) => chunk,
+            (None, Some(from)) => {
                 let mut out = BytesMut::new();
-                let next = registry.snapshot(from, REWRITE_CHUNK, |change| {
+                self.cursor = registry.snapshot(from, REWRITE_CHUNK, |change| {
                     format::encode(&change, &mut out)
                 });
-                self.cursor = next;
-                out.to_vec()
+                out
             }
+            (None, None) => BytesMut::new(),
         };
         match chunks.try_send(chunk) {
             Ok(()) => {}
@@ -564,7 +566,7 @@ impl Rewrite {
 
 /// The rewrite writer thread: the header, then chunks until the channel
 /// closes, then fsync.
-fn write_snapshot(mut file: File, head: Vec<u8>, chunks: Receiver<Vec<u8>>) -> io::Result<File> {
+fn write_snapshot(mut file: File, head: Vec<u8>, chunks: Receiver<BytesMut>) -> io::Result<File> {
     file.write_all(&head)?;
     for chunk in chunks {
         file.write_all(&chunk)?;
