@@ -73,6 +73,30 @@ pub enum Change {
     LastToken(u64),
 }
 
+/// A lease as a snapshot reads it, borrowed from the registry: written to
+/// the log as a `Put` without copying its ids.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LeaseRecord<'a> {
+    pub run_id: &'a [u8],
+    pub worker_id: &'a [u8],
+    pub fencing_token: u64,
+    pub expires_at: f64,
+    pub ttl: f64,
+}
+
+impl LeaseRecord<'_> {
+    /// The `Put` change that recreates this lease.
+    pub fn to_change(&self) -> Change {
+        Change::Put {
+            run_id: Bytes::copy_from_slice(self.run_id),
+            worker_id: Bytes::copy_from_slice(self.worker_id),
+            fencing_token: self.fencing_token,
+            expires_at: self.expires_at,
+            ttl: self.ttl,
+        }
+    }
+}
+
 /// Why an acquire could not issue a token although the run was free.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TokenError {
@@ -321,22 +345,22 @@ impl Registry {
         }
     }
 
-    /// The leases in slots `from..` as `Put` changes, visiting at most
-    /// `max` slots; returns where to continue, or `None` after the last
-    /// slot. Slots keep their leases while they live, so a walk spread over
-    /// many calls sees every lease that was there throughout it.
+    /// The leases in slots `from..`, visiting at most `max` slots; returns
+    /// where to continue, or `None` after the last slot. Slots keep their
+    /// leases while they live, so a walk spread over many calls sees every
+    /// lease that was there throughout it.
     pub fn snapshot(
         &self,
         from: usize,
         max: usize,
-        mut visit: impl FnMut(Change),
+        mut visit: impl FnMut(LeaseRecord<'_>),
     ) -> Option<usize> {
         let end = from.saturating_add(max).min(self.slots.capacity());
         for slot in from..end {
             if let Some(entry) = self.slots.get(slot) {
-                visit(Change::Put {
-                    run_id: entry.run_id.clone(),
-                    worker_id: entry.worker_id.clone(),
+                visit(LeaseRecord {
+                    run_id: &entry.run_id,
+                    worker_id: &entry.worker_id,
                     fencing_token: entry.fencing_token,
                     expires_at: entry.expires_at,
                     ttl: entry.ttl,
@@ -1779,11 +1803,11 @@ mod tests {
             prop_assert_eq!(dump(&replica), dump(&live), "replica after step {}", step);
             prop_assert_eq!(replica.last_token(), live.last_token());
             if let Some(from) = cursor {
-                cursor = live.snapshot(from, chunk, |change| snapshot.push(change));
+                cursor = live.snapshot(from, chunk, |lease| snapshot.push(lease.to_change()));
             }
         }
         while let Some(from) = cursor {
-            cursor = live.snapshot(from, chunk, |change| snapshot.push(change));
+            cursor = live.snapshot(from, chunk, |lease| snapshot.push(lease.to_change()));
         }
         let mut rebuilt = Registry::new(3.0, 0, u64::MAX);
         for change in snapshot.into_iter().chain(since_start) {
@@ -1797,7 +1821,7 @@ mod tests {
         let mut all = Vec::new();
         let mut from = Some(0);
         while let Some(at) = from {
-            from = live.snapshot(at, 7, |change| all.push(change));
+            from = live.snapshot(at, 7, |lease| all.push(lease.to_change()));
         }
         for change in all.iter().chain(all.iter()) {
             again.apply(change.clone());

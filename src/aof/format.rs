@@ -86,7 +86,7 @@ use std::io::{self, BufRead, BufReader, ErrorKind, Read};
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::registry::{Change, MAX_TOKEN};
+use crate::registry::{Change, LeaseRecord, MAX_TOKEN};
 
 /// The first bytes of every log file: a magic word and a format version.
 pub const HEADER: &[u8] = b"LEASEDLOG\x001\n";
@@ -146,14 +146,85 @@ pub fn payload_len(change: &Change) -> u64 {
 /// below that. Debug builds also panic on a value that replay would refuse
 /// (see the module docs), so a bug that produces one shows in the tests.
 pub fn encode(change: &Change, out: &mut BytesMut) {
-    let len = payload_len(change);
-    assert!(
-        len <= u64::from(MAX_RECORD_LEN),
-        "a {len}-byte log record is longer than MAX_RECORD_LEN"
-    );
     debug_assert!(
         check_values(change).is_ok(),
         "a log record that replay would refuse: {change:?}"
+    );
+    let len = payload_len(change);
+    match change {
+        Change::Put {
+            run_id,
+            worker_id,
+            fencing_token,
+            expires_at,
+            ttl,
+        } => encode_lease(
+            &LeaseRecord {
+                run_id,
+                worker_id,
+                fencing_token: *fencing_token,
+                expires_at: *expires_at,
+                ttl: *ttl,
+            },
+            out,
+        ),
+        Change::Extend {
+            fencing_token,
+            expires_at,
+        } => frame(len, out, |out| {
+            out.put_u8(EXTEND);
+            out.put_u64_le(*fencing_token);
+            out.put_f64_le(*expires_at);
+        }),
+        Change::Remove { fencing_token } => frame(len, out, |out| {
+            out.put_u8(REMOVE);
+            out.put_u64_le(*fencing_token);
+        }),
+        Change::Time(time) => frame(len, out, |out| {
+            out.put_u8(TIME);
+            out.put_f64_le(*time);
+        }),
+        Change::LastToken(token) => frame(len, out, |out| {
+            out.put_u8(LAST_TOKEN);
+            out.put_u64_le(*token);
+        }),
+    }
+}
+
+/// Appends one framed Put record for a lease borrowed from the registry
+/// (what a snapshot writes), without copying its ids first.
+///
+/// # Panics
+///
+/// As [`encode`].
+pub fn encode_lease(lease: &LeaseRecord<'_>, out: &mut BytesMut) {
+    debug_assert!(
+        check_token(lease.fencing_token).is_ok()
+            && check_expires_at(lease.expires_at).is_ok()
+            && lease.ttl.is_finite()
+            && lease.ttl > 0.0,
+        "a log record that replay would refuse: {lease:?}"
+    );
+    let len = PUT_FIXED_LEN + lease.run_id.len() as u64 + lease.worker_id.len() as u64;
+    frame(len, out, |out| {
+        out.put_u8(PUT);
+        // Lengths fit: the record is at most MAX_RECORD_LEN.
+        out.put_u32_le(lease.run_id.len() as u32);
+        out.put_slice(lease.run_id);
+        out.put_u32_le(lease.worker_id.len() as u32);
+        out.put_slice(lease.worker_id);
+        out.put_u64_le(lease.fencing_token);
+        out.put_f64_le(lease.expires_at);
+        out.put_f64_le(lease.ttl);
+    });
+}
+
+/// Frames the `len`-byte payload that `write` appends: length, checksum,
+/// payload.
+fn frame(len: u64, out: &mut BytesMut, write: impl FnOnce(&mut BytesMut)) {
+    assert!(
+        len <= u64::from(MAX_RECORD_LEN),
+        "a {len}-byte log record is longer than MAX_RECORD_LEN"
     );
     // At most 2^31, so it fits a u32 and, on every target, a usize.
     let len = len as usize;
@@ -162,45 +233,7 @@ pub fn encode(change: &Change, out: &mut BytesMut) {
     out.put_u32_le(len as u32);
     // The checksum, filled in once the payload is there to hash.
     out.put_u32_le(0);
-    match change {
-        Change::Put {
-            run_id,
-            worker_id,
-            fencing_token,
-            expires_at,
-            ttl,
-        } => {
-            out.put_u8(PUT);
-            // Lengths fit: the record is at most MAX_RECORD_LEN.
-            out.put_u32_le(run_id.len() as u32);
-            out.put_slice(run_id);
-            out.put_u32_le(worker_id.len() as u32);
-            out.put_slice(worker_id);
-            out.put_u64_le(*fencing_token);
-            out.put_f64_le(*expires_at);
-            out.put_f64_le(*ttl);
-        }
-        Change::Extend {
-            fencing_token,
-            expires_at,
-        } => {
-            out.put_u8(EXTEND);
-            out.put_u64_le(*fencing_token);
-            out.put_f64_le(*expires_at);
-        }
-        Change::Remove { fencing_token } => {
-            out.put_u8(REMOVE);
-            out.put_u64_le(*fencing_token);
-        }
-        Change::Time(time) => {
-            out.put_u8(TIME);
-            out.put_f64_le(*time);
-        }
-        Change::LastToken(token) => {
-            out.put_u8(LAST_TOKEN);
-            out.put_u64_le(*token);
-        }
-    }
+    write(out);
     let payload_at = start + FRAME_HEADER_LEN;
     debug_assert_eq!(out.len() - payload_at, len);
     let crc = crc32fast::hash(&out[payload_at..]);

@@ -534,8 +534,8 @@ impl Rewrite {
             (Some(chunk), _) => chunk,
             (None, Some(from)) => {
                 let mut out = BytesMut::new();
-                self.cursor = registry.snapshot(from, REWRITE_CHUNK, |change| {
-                    format::encode(&change, &mut out)
+                self.cursor = registry.snapshot(from, REWRITE_CHUNK, |lease| {
+                    format::encode_lease(&lease, &mut out)
                 });
                 out
             }
