@@ -78,6 +78,9 @@ pub struct LogOptions {
 const REWRITE_CHUNK: usize = 4096;
 /// Encoded chunks queued for the rewrite writer before the core waits.
 const REWRITE_QUEUE: usize = 16;
+/// Changes made during a rewrite beyond this many bytes go to the writer
+/// thread; the rest the core writes itself when it installs the new file.
+const CATCH_UP: usize = 1 << 20;
 /// After a failed write, changes are refused this long before the next try.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
@@ -539,6 +542,12 @@ impl Rewrite {
                 });
                 out
             }
+            // The snapshot is out; the writer also takes the changes made
+            // since it began, so that few are left for the core to write
+            // when it installs the file.
+            (None, None) if self.since_start.len() > CATCH_UP => {
+                std::mem::take(&mut self.since_start)
+            }
             (None, None) => BytesMut::new(),
         };
         match chunks.try_send(chunk) {
@@ -551,7 +560,7 @@ impl Rewrite {
                 self.cursor = None;
             }
         }
-        if self.cursor.is_none() && self.held.is_none() {
+        if self.cursor.is_none() && self.held.is_none() && self.since_start.len() <= CATCH_UP {
             // The snapshot is complete: closing the channel tells the writer.
             self.chunks = None;
         }
