@@ -45,8 +45,8 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 const QUEUE_DEPTH: usize = 1024;
 /// The most batches applied between two rounds of replies.
 const MAX_DRAIN: usize = 512;
-/// How long the core naps while a rewrite waits on its writer and no
-/// requests are queued.
+/// How long the core waits for requests before it looks at a rewrite that
+/// is waiting on its writer again.
 const REWRITE_NAP: Duration = Duration::from_millis(1);
 
 /// The lease commands of one read, and where to send their replies.
@@ -120,8 +120,14 @@ impl Core {
     }
 
     fn run(mut self, mut queue: mpsc::Receiver<Batch>) {
+        // Only for waiting on the queue with a timeout while a rewrite
+        // waits on its writer: requests must not wait out a nap.
+        let waiter = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a timer for the core thread");
         let mut batches = Vec::with_capacity(MAX_DRAIN);
-        while self.receive(&mut queue, &mut batches) {
+        while self.receive(&waiter, &mut queue, &mut batches) {
             self.serve(&mut batches);
         }
         self.finish();
@@ -129,7 +135,12 @@ impl Core {
 
     /// Waits for batches; while a rewrite runs, does a step of it whenever
     /// none are queued. False once every handle is gone.
-    fn receive(&mut self, queue: &mut mpsc::Receiver<Batch>, batches: &mut Vec<Batch>) -> bool {
+    fn receive(
+        &mut self,
+        waiter: &tokio::runtime::Runtime,
+        queue: &mut mpsc::Receiver<Batch>,
+        batches: &mut Vec<Batch>,
+    ) -> bool {
         loop {
             let step = match &mut self.log {
                 Some(log) => log.step_rewrite(&self.registry),
@@ -149,7 +160,15 @@ impl Core {
                 }
                 Err(mpsc::error::TryRecvError::Disconnected) => return false,
                 Err(mpsc::error::TryRecvError::Empty) if step == RewriteStep::Waiting => {
-                    std::thread::sleep(REWRITE_NAP);
+                    let waited = waiter.block_on(tokio::time::timeout(
+                        REWRITE_NAP,
+                        queue.recv_many(batches, MAX_DRAIN),
+                    ));
+                    match waited {
+                        Ok(0) => return false,
+                        Ok(_) => return true,
+                        Err(_) => {}
+                    }
                 }
                 Err(mpsc::error::TryRecvError::Empty) => {}
             }

@@ -331,10 +331,13 @@ impl Log {
         File::open(&self.dir)?.sync_all()?;
         self.len = file.metadata()?.len();
         self.base_len = self.len;
-        self.file = Arc::new(file);
-        if let Some(syncer) = &self.syncer {
-            syncer.switch(self.file.clone());
-        }
+        let old = std::mem::replace(&mut self.file, Arc::new(file));
+        let old_synced = self.syncer.as_ref().map(|s| s.switch(self.file.clone()));
+        // Closing the replaced log frees its blocks, which takes milliseconds
+        // for a large file: not on the core thread.
+        let _ = std::thread::Builder::new()
+            .name("leased-close".into())
+            .spawn(move || drop((old, old_synced)));
         self.rewrites += 1;
         self.last_rewrite_ok = true;
         self.last_rewrite_secs = rewrite.started.elapsed().as_secs() as i64;
@@ -626,8 +629,9 @@ impl Syncer {
         lock(&self.shared.error).clone()
     }
 
-    fn switch(&self, file: Arc<File>) {
-        *lock(&self.shared.file) = file;
+    /// Syncs `file` from now on; returns the one it synced before.
+    fn switch(&self, file: Arc<File>) -> Arc<File> {
+        std::mem::replace(&mut *lock(&self.shared.file), file)
     }
 
     fn stop(mut self) {
