@@ -45,6 +45,8 @@ for mode in "${MODE_LIST[@]}"; do
         "$PAUSE_BIN" --port "$PORT" --leases "$LEASES" --acquirers "$acquirers"
         stop_server "$pid"
         rm -rf "$WORK/leased-$PORT-$mode"
-        [[ $acquirers == 0 && $ACQUIRERS == 0 ]] && break
+        if [[ $ACQUIRERS == 0 ]]; then
+            break
+        fi
     done
 done
