@@ -1,0 +1,261 @@
+#!/usr/bin/env bash
+# Benchmarks leased against Redis running the same registry in Lua
+# (bench/lease.lua), with redis-benchmark, for each appendfsync mode.
+#
+#   bench/compare.sh [options]
+#
+#   --modes LIST        appendfsync modes, comma-separated (always,everysec,no)
+#   --pipelines LIST    redis-benchmark -P values (1,16)
+#   --rows LIST         rows to run, comma-separated, from:
+#                         acquire        LEASE.ACQUIRE run:__rand_int__ w, on both
+#                         set-nx         SET lease:__rand_int__ w NX PX 10000, Redis
+#                                        only (the plain-Redis lock, for reference)
+#                         ping           PING, on both
+#                         heartbeat      LEASE.HEARTBEAT of one live lease, on both
+#                         validate       LEASE.VALIDATE of one live lease, on both
+#                         validate-miss  LEASE.VALIDATE of random runs (no such
+#                                        lease), on both
+#                       (default: acquire,set-nx,ping,heartbeat,validate,validate-miss)
+#   -n N                requests per row and run (100000)
+#   -c N                parallel connections (50)
+#   --repeat R          run every row R times, alternating leased and Redis,
+#                       and report the run with the median ops/s (1)
+#   --quick             -n 20000 and rows acquire,set-nx,ping
+#   --pin               servers on CPU 1, redis-benchmark on CPU 0 (taskset)
+#   --leased-port P     (16479)   --redis-port P   (16379)
+#   --no-build          use target/release/leased as it is
+#   --raw FILE          also write every single run as CSV to FILE
+#
+# Each mode gets a fresh leased and a fresh redis-server, both with their
+# log (AOF) on and the same appendfsync; Redis has RDB snapshots off. Rows
+# run leased first and Redis right after, so both see the same machine
+# state. Prints a Markdown table: ops/s, p50 and p99 latency in ms as
+# redis-benchmark reports them, and leased's ops/s over Redis's.
+set -euo pipefail
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+MODES=always,everysec,no
+PIPELINES=1,16
+ROWS=acquire,set-nx,ping,heartbeat,validate,validate-miss
+REQUESTS=100000
+CLIENTS=50
+REPEAT=1
+KEYSPACE=100000000
+LEASED_PORT=16479
+REDIS_PORT=16379
+BUILD=1
+PIN=0
+RAW=""
+
+usage() {
+    sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+}
+
+while (($#)); do
+    case $1 in
+    --modes) MODES=$2; shift 2 ;;
+    --pipelines) PIPELINES=$2; shift 2 ;;
+    --rows) ROWS=$2; shift 2 ;;
+    -n) REQUESTS=$2; shift 2 ;;
+    -c) CLIENTS=$2; shift 2 ;;
+    --repeat) REPEAT=$2; shift 2 ;;
+    --quick) REQUESTS=20000; ROWS=acquire,set-nx,ping; shift ;;
+    --pin) PIN=1; shift ;;
+    --leased-port) LEASED_PORT=$2; shift 2 ;;
+    --redis-port) REDIS_PORT=$2; shift 2 ;;
+    --no-build) BUILD=0; shift ;;
+    --raw) RAW=$2; shift 2 ;;
+    -h | --help) usage; exit 0 ;;
+    *) usage >&2; die "unknown option $1" ;;
+    esac
+done
+
+IFS=, read -ra MODE_LIST <<<"$MODES"
+IFS=, read -ra PIPELINE_LIST <<<"$PIPELINES"
+IFS=, read -ra ROW_LIST <<<"$ROWS"
+for mode in "${MODE_LIST[@]}"; do
+    [[ $mode =~ ^(always|everysec|no)$ ]] || die "unknown appendfsync mode $mode"
+done
+for row in "${ROW_LIST[@]}"; do
+    [[ $row =~ ^(acquire|set-nx|ping|heartbeat|validate|validate-miss)$ ]] || die "unknown row $row"
+done
+[[ $REQUESTS =~ ^[1-9][0-9]*$ && $CLIENTS =~ ^[1-9][0-9]*$ && $REPEAT =~ ^[1-9][0-9]*$ ]] ||
+    die "-n, -c and --repeat take positive integers"
+
+SERVER_CPU=()
+BENCH_CPU=()
+if ((PIN)); then
+    need taskset || die "--pin needs taskset (util-linux)"
+    (($(nproc) >= 2)) || die "--pin needs two CPUs"
+    SERVER_CPU=(taskset -c 1)
+    BENCH_CPU=(taskset -c 0)
+fi
+
+ensure_redis
+((BUILD)) && build_leased
+[[ -x $LEASED_BIN ]] || die "$LEASED_BIN missing (run without --no-build)"
+bench_init
+RESULTS="$WORK/results.csv"
+RUNS="$WORK/runs.csv"
+: >"$RESULTS"
+: >"$RUNS"
+
+# One redis-benchmark run against port $1 with pipeline $2 and the command
+# in the remaining arguments; prints "ops/s p50 p99".
+bench_once() {
+    local port=$1 pipeline=$2 out line
+    shift 2
+    out=$("${BENCH_CPU[@]}" redis-benchmark -p "$port" -n "$REQUESTS" -c "$CLIENTS" \
+        -P "$pipeline" -r "$KEYSPACE" --csv "$@" 2>&1) || die "redis-benchmark failed: $out"
+    line=$(printf '%s\n' "$out" | tail -n 1)
+    # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms",
+    # "p95_latency_ms","p99_latency_ms","max_latency_ms"
+    awk -F'","' 'NF == 8 && $2 + 0 > 0 { print $2, $5, $7; ok = 1 } END { exit !ok }' \
+        <<<"$line" || die "cannot read redis-benchmark's output: $out"
+}
+
+# The run with the median ops/s among the "ops/s p50 p99" lines on stdin.
+median_run() {
+    sort -n -k1,1 | awk '{ line[NR] = $0 } END { print line[int((NR + 1) / 2)] }'
+}
+
+# measure MODE PIPELINE ROW: runs L_CMD on leased and R_CMD on Redis (either
+# may be empty), alternating, and appends the result to $RESULTS.
+measure() {
+    local mode=$1 pipeline=$2 row=$3 i ours theirs
+    local ours_runs="" theirs_runs=""
+    for ((i = 0; i < REPEAT; i++)); do
+        if ((${#L_CMD[@]})); then
+            ours=$(bench_once "$LEASED_PORT" "$pipeline" "${L_CMD[@]}")
+            ours_runs+="$ours"$'\n'
+            printf '%s,%s,%s,%s,leased,%s\n' "$mode" "$pipeline" "$row" "$i" "${ours// /,}" >>"$RUNS"
+        fi
+        if ((${#R_CMD[@]})); then
+            theirs=$(bench_once "$REDIS_PORT" "$pipeline" "${R_CMD[@]}")
+            theirs_runs+="$theirs"$'\n'
+            printf '%s,%s,%s,%s,redis,%s\n' "$mode" "$pipeline" "$row" "$i" "${theirs// /,}" >>"$RUNS"
+        fi
+    done
+    ours="- - -"
+    theirs="- - -"
+    [[ -n $ours_runs ]] && ours=$(printf '%s' "$ours_runs" | median_run)
+    [[ -n $theirs_runs ]] && theirs=$(printf '%s' "$theirs_runs" | median_run)
+    log "  $mode -P $pipeline $row: leased $ours | redis $theirs"
+    printf '%s,%s,%s,%s,%s\n' "$mode" "$pipeline" "$row" "${ours// /,}" "${theirs// /,}" >>"$RESULTS"
+}
+
+# Takes a lease with a TTL far longer than any run on the server on port $1
+# ("leased" or "redis" in $2) and prints "lease_id token".
+hot_lease() {
+    local port=$1 kind=$2 run=hot:$3 reply
+    if [[ $kind == leased ]]; then
+        reply=$(redis-cli --raw -p "$port" LEASE.ACQUIRE "$run" w TTL 1e9)
+    else
+        reply=$(redis-cli --raw -p "$port" EVALSHA "$SHA" 0 ACQUIRE "$run" w TTL 1e9)
+    fi
+    awk 'NR == 6 { id = $0 } NR == 8 { token = $0 } END { if (token == "") exit 1; print id, token }' \
+        <<<"$reply" || die "could not take the hot lease on port $port: $reply"
+}
+
+# Fails unless the hot lease is still live on both servers: the heartbeat
+# and validate rows must have measured successes, not refusals.
+check_hot() {
+    local ours theirs
+    ours=$(redis-cli -p "$LEASED_PORT" LEASE.VALIDATE "$1" "$L_ID" "$L_TOKEN")
+    theirs=$(redis-cli -p "$REDIS_PORT" EVALSHA "$SHA" 0 VALIDATE "$1" "$R_ID" "$R_TOKEN")
+    [[ $ours == 1 && $theirs == 1 ]] || die "the hot lease $1 is not live (leased $ours, redis $theirs)"
+}
+
+run_row() {
+    local mode=$1 pipeline=$2 row=$3
+    L_CMD=()
+    R_CMD=()
+    case $row in
+    acquire)
+        L_CMD=(LEASE.ACQUIRE 'run:__rand_int__' w)
+        R_CMD=(EVALSHA "$SHA" 0 ACQUIRE 'run:__rand_int__' w)
+        ;;
+    set-nx)
+        R_CMD=(SET 'lease:__rand_int__' w NX PX 10000)
+        ;;
+    ping)
+        L_CMD=(PING)
+        R_CMD=(PING)
+        ;;
+    heartbeat | validate)
+        local run=$row-$pipeline
+        read -r L_ID L_TOKEN <<<"$(hot_lease "$LEASED_PORT" leased "$run")"
+        read -r R_ID R_TOKEN <<<"$(hot_lease "$REDIS_PORT" redis "$run")"
+        if [[ $row == heartbeat ]]; then
+            L_CMD=(LEASE.HEARTBEAT "$L_ID" "$L_TOKEN")
+            R_CMD=(EVALSHA "$SHA" 0 HEARTBEAT "$R_ID" "$R_TOKEN")
+        else
+            L_CMD=(LEASE.VALIDATE "hot:$run" "$L_ID" "$L_TOKEN")
+            R_CMD=(EVALSHA "$SHA" 0 VALIDATE "hot:$run" "$R_ID" "$R_TOKEN")
+        fi
+        check_hot "hot:$run"
+        ;;
+    validate-miss)
+        L_CMD=(LEASE.VALIDATE 'run:__rand_int__' 'run:__rand_int__:w:1' 1)
+        R_CMD=(EVALSHA "$SHA" 0 VALIDATE 'run:__rand_int__' 'run:__rand_int__:w:1' 1)
+        ;;
+    esac
+    measure "$mode" "$pipeline" "$row"
+    if [[ $row == heartbeat || $row == validate ]]; then
+        check_hot "hot:$row-$pipeline"
+    fi
+}
+
+for mode in "${MODE_LIST[@]}"; do
+    log "appendfsync $mode: starting leased on $LEASED_PORT and redis-server on $REDIS_PORT"
+    # shellcheck disable=SC2034 # read by start_leased and start_redis
+    SERVER_PREFIX=("${SERVER_CPU[@]}")
+    start_leased "$LEASED_PORT" "$mode"
+    LEASED_PID=$STARTED_PID
+    start_redis "$REDIS_PORT" "$mode"
+    REDIS_PID=$STARTED_PID
+    SHA=$(load_script "$REDIS_PORT")
+    for pipeline in "${PIPELINE_LIST[@]}"; do
+        for row in "${ROW_LIST[@]}"; do
+            run_row "$mode" "$pipeline" "$row"
+        done
+    done
+    stop_server "$LEASED_PID"
+    stop_server "$REDIS_PID"
+done
+
+if [[ -n $RAW ]]; then
+    {
+        printf 'mode,pipeline,row,run,server,ops,p50_ms,p99_ms\n'
+        cat "$RUNS"
+    } >"$RAW"
+fi
+
+command_of() {
+    case $1 in
+    acquire) printf 'LEASE.ACQUIRE (random runs)' ;;
+    set-nx) printf 'SET NX PX (Redis reference)' ;;
+    ping) printf 'PING' ;;
+    heartbeat) printf 'LEASE.HEARTBEAT (one live lease)' ;;
+    validate) printf 'LEASE.VALIDATE (one live lease)' ;;
+    validate-miss) printf 'LEASE.VALIDATE (random runs, miss)' ;;
+    esac
+}
+
+printf '\n%s requests per row, %s connections, -r %s, redis-benchmark %s%s\n\n' \
+    "$REQUESTS" "$CLIENTS" "$KEYSPACE" "$(redis-benchmark --version | awk '{ print $2 }')" \
+    "$( ((REPEAT > 1)) && printf ', median of %s runs' "$REPEAT")"
+printf '| appendfsync | -P | command | leased ops/s | p50 ms | p99 ms | Redis+Lua ops/s | p50 ms | p99 ms | leased/Redis |\n'
+printf '|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n'
+ops() { if [[ $1 == - ]]; then printf '—'; else printf '%.0f' "$1"; fi; }
+ms() { if [[ $1 == - ]]; then printf '—'; else printf '%s' "$1"; fi; }
+while IFS=, read -r mode pipeline row lops lp50 lp99 rops rp50 rp99; do
+    ratio="—"
+    if [[ $lops != - && $rops != - ]]; then
+        ratio=$(awk -v a="$lops" -v b="$rops" 'BEGIN { printf "%.2f", a / b }')
+    fi
+    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$mode" "$pipeline" \
+        "$(command_of "$row")" "$(ops "$lops")" "$(ms "$lp50")" "$(ms "$lp99")" \
+        "$(ops "$rops")" "$(ms "$rp50")" "$(ms "$rp99")" "$ratio"
+done <"$RESULTS"

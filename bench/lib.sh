@@ -1,0 +1,139 @@
+# shellcheck shell=bash
+# Helpers shared by bench/compare.sh and bench/check_lua.sh: start a
+# release leased and a redis-server in a temporary directory, wait until
+# they answer, and stop them (and remove the directory) on exit.
+#
+# Source it from a script that runs with `set -euo pipefail`.
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(dirname "$BENCH_DIR")
+LEASED_BIN="$ROOT/target/release/leased"
+LUA_SCRIPT="$BENCH_DIR/lease.lua"
+
+# Servers started by this script, by pid; stopped on exit.
+SERVER_PIDS=()
+WORK=""
+# A command the servers are started under, e.g. (taskset -c 1).
+SERVER_PREFIX=()
+
+log() {
+    printf '%s\n' "$*" >&2
+}
+
+die() {
+    log "error: $*"
+    exit 1
+}
+
+cleanup() {
+    local pid
+    for pid in "${SERVER_PIDS[@]}"; do
+        kill -TERM "$pid" 2>/dev/null || true
+    done
+    for pid in "${SERVER_PIDS[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+    SERVER_PIDS=()
+    if [[ -n "$WORK" && -z "${KEEP_WORK:-}" ]]; then
+        rm -rf "$WORK"
+    elif [[ -n "$WORK" ]]; then
+        log "kept $WORK"
+    fi
+}
+
+# Creates the work directory and installs the exit trap.
+bench_init() {
+    WORK=$(mktemp -d "${TMPDIR:-/tmp}/leased-bench.XXXXXX")
+    trap cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+}
+
+need() {
+    command -v "$1" >/dev/null 2>&1
+}
+
+# Installs redis-server and redis-tools with apt if they are missing.
+ensure_redis() {
+    if need redis-server && need redis-benchmark && need redis-cli; then
+        return
+    fi
+    need apt-get || die "redis-server/redis-benchmark missing and apt-get not available"
+    log "installing redis-server and redis-tools with apt-get"
+    local sudo=""
+    [[ $(id -u) -eq 0 ]] || sudo=sudo
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server redis-tools >/dev/null
+}
+
+build_leased() {
+    log "building leased (release)"
+    (cd "$ROOT" && cargo build --release --quiet --bin leased)
+}
+
+port_in_use() {
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# Waits until the server on port $1 (process $2, log $3) answers PING.
+wait_ready() {
+    local port=$1 pid=$2 logfile=$3 tries=0
+    until [[ $(redis-cli -p "$port" PING 2>/dev/null) == PONG ]]; do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            cat "$logfile" >&2 || true
+            die "the server for port $port exited during start-up"
+        fi
+        tries=$((tries + 1))
+        ((tries < 200)) || die "nothing answered on port $port after 10 s"
+        sleep 0.05
+    done
+}
+
+# start_leased PORT MODE [--directive value ...]: a release leased with its
+# own data directory; sets STARTED_PID.
+start_leased() {
+    local port=$1 mode=$2
+    shift 2
+    port_in_use "$port" && die "port $port is in use"
+    local dir="$WORK/leased-$port-$mode"
+    mkdir -p "$dir"
+    "${SERVER_PREFIX[@]}" "$LEASED_BIN" --port "$port" --dir "$dir/data" --appendonly yes \
+        --appendfsync "$mode" "$@" >"$dir/leased.log" 2>&1 &
+    STARTED_PID=$!
+    SERVER_PIDS+=("$STARTED_PID")
+    wait_ready "$port" "$STARTED_PID" "$dir/leased.log"
+}
+
+# start_redis PORT MODE: redis-server with AOF in MODE and no RDB snapshots;
+# sets STARTED_PID.
+start_redis() {
+    local port=$1 mode=$2
+    port_in_use "$port" && die "port $port is in use"
+    local dir="$WORK/redis-$port-$mode"
+    mkdir -p "$dir"
+    "${SERVER_PREFIX[@]}" redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save "" \
+        --appendonly yes --appendfsync "$mode" --daemonize no \
+        --logfile "$dir/redis.log" >/dev/null 2>&1 &
+    STARTED_PID=$!
+    SERVER_PIDS+=("$STARTED_PID")
+    wait_ready "$port" "$STARTED_PID" "$dir/redis.log"
+}
+
+# Loads bench/lease.lua into the Redis on port $1 and prints its SHA1.
+load_script() {
+    local sha
+    sha=$(redis-cli -p "$1" SCRIPT LOAD "$(cat "$LUA_SCRIPT")")
+    [[ $sha =~ ^[0-9a-f]{40}$ ]] || die "SCRIPT LOAD failed: $sha"
+    printf '%s\n' "$sha"
+}
+
+# stop_server PID: SIGTERM and wait (both servers flush and exit 0).
+stop_server() {
+    local pid=$1 kept=() p
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    for p in "${SERVER_PIDS[@]}"; do
+        [[ $p == "$pid" ]] || kept+=("$p")
+    done
+    SERVER_PIDS=("${kept[@]}")
+}
