@@ -115,7 +115,16 @@ impl Core {
         let (queue, batches) = mpsc::channel(QUEUE_DEPTH);
         let thread = std::thread::Builder::new()
             .name("leased-core".into())
-            .spawn(move || core.run(batches))?;
+            .spawn(move || {
+                let run = std::panic::AssertUnwindSafe(|| core.run(batches));
+                if std::panic::catch_unwind(run).is_err() {
+                    // The registry's state is in doubt: stop, so a supervisor
+                    // restarts the server from its log, rather than answer
+                    // every request with an error.
+                    error!("The registry core failed; exiting");
+                    std::process::exit(70);
+                }
+            })?;
         Ok((CoreHandle { queue }, thread))
     }
 
@@ -160,10 +169,9 @@ impl Core {
                 }
                 Err(mpsc::error::TryRecvError::Disconnected) => return false,
                 Err(mpsc::error::TryRecvError::Empty) if step == RewriteStep::Waiting => {
-                    let waited = waiter.block_on(tokio::time::timeout(
-                        REWRITE_NAP,
-                        queue.recv_many(batches, MAX_DRAIN),
-                    ));
+                    let waited = waiter.block_on(async {
+                        tokio::time::timeout(REWRITE_NAP, queue.recv_many(batches, MAX_DRAIN)).await
+                    });
                     match waited {
                         Ok(0) => return false,
                         Ok(_) => return true,
@@ -398,10 +406,12 @@ impl Core {
     /// Flushes the log, then lowers the stored ceiling to the last token
     /// issued, so a restart continues right after it.
     fn finish(mut self) {
-        if let Err(error) = self.commit() {
-            error!("Flushing the append-only log at shutdown failed: {error}");
-        }
-        if let Some(log) = self.log.take() {
+        if let Some(mut log) = self.log.take() {
+            let time = self.registry.time();
+            if time > self.logged_time {
+                log.append(&Change::Time(time));
+            }
+            // Closing commits what is queued, then fsyncs.
             match log.close() {
                 Ok(()) => info!("Append-only log flushed"),
                 Err(error) => error!("Flushing the append-only log at shutdown failed: {error}"),

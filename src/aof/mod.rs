@@ -327,10 +327,12 @@ impl Log {
         let mut file = file;
         file.write_all(&rewrite.since_start)?;
         file.sync_all()?;
+        let len = file.metadata()?.len();
         fs::rename(&rewrite.temp, &self.path)?;
-        File::open(&self.dir)?.sync_all()?;
-        self.len = file.metadata()?.len();
-        self.base_len = self.len;
+        // From the rename on the new file is the log: write there even if
+        // what follows fails.
+        self.len = len;
+        self.base_len = len;
         let old = std::mem::replace(&mut self.file, Arc::new(file));
         let old_synced = self.syncer.as_ref().map(|s| s.switch(self.file.clone()));
         // Closing the replaced log frees its blocks, which takes milliseconds
@@ -338,6 +340,7 @@ impl Log {
         let _ = std::thread::Builder::new()
             .name("leased-close".into())
             .spawn(move || drop((old, old_synced)));
+        File::open(&self.dir)?.sync_all()?;
         self.rewrites += 1;
         self.last_rewrite_ok = true;
         self.last_rewrite_secs = rewrite.started.elapsed().as_secs() as i64;
