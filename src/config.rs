@@ -68,6 +68,9 @@ pub struct Config {
     pub dir: PathBuf,
     /// Default lease TTL in seconds.
     pub lease_ttl: f64,
+    /// Seconds an expired lease stays releasable before it is reclaimed;
+    /// 0 keeps expired leases forever.
+    pub lease_retention: f64,
     pub loglevel: LogLevel,
     /// Whether changes go to the append-only log (leases survive restarts).
     pub appendonly: bool,
@@ -191,6 +194,15 @@ static DIRECTIVES: &[Directive] = &[
         show: |c| c.lease_ttl.to_string(),
     },
     Directive {
+        name: "lease-retention",
+        default: &["3600"],
+        value_name: "SECONDS",
+        help: "How long an expired, untaken lease stays releasable before it is reclaimed; 0 keeps it forever",
+        arity: Arity::One,
+        set: set_lease_retention,
+        show: |c| c.lease_retention.to_string(),
+    },
+    Directive {
         name: "loglevel",
         default: &["notice"],
         value_name: "LEVEL",
@@ -311,6 +323,13 @@ fn set_lease_ttl(config: &mut Config, args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+fn set_lease_retention(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.lease_retention = parse_finite_f64(args[0].as_bytes())
+        .filter(|seconds| *seconds >= 0.0)
+        .ok_or("invalid lease-retention (expected a finite number of seconds, 0 or more)")?;
+    Ok(())
+}
+
 fn set_loglevel(config: &mut Config, args: &[String]) -> Result<(), String> {
     config.loglevel = LogLevel::from_name(&args[0])
         .ok_or("invalid loglevel (expected one of: debug, verbose, notice, warning, nothing)")?;
@@ -420,6 +439,7 @@ impl Default for Config {
             bind: Vec::new(),
             dir: PathBuf::new(),
             lease_ttl: 0.0,
+            lease_retention: 0.0,
             loglevel: LogLevel::Notice,
             appendonly: false,
             appendfilename: String::new(),
@@ -890,6 +910,7 @@ mod tests {
             ("bind", "127.0.0.1"),
             ("dir", "./data"),
             ("lease-ttl", "10"),
+            ("lease-retention", "3600"),
             ("loglevel", "notice"),
             ("appendonly", "yes"),
             ("appendfilename", "leased.aof"),
@@ -910,6 +931,7 @@ mod tests {
         assert_eq!(config.get(b"port"), vec![("port", "6479".to_owned())]);
         assert_eq!(config.get(b"PORT"), vec![("port", "6479".to_owned())]);
         assert_eq!(names(&config, "*ttl*"), ["lease-ttl"]);
+        assert_eq!(names(&config, "lease-*"), ["lease-ttl", "lease-retention"]);
         assert_eq!(names(&config, "appendonly"), ["appendonly"]);
         assert_eq!(names(&config, "d*"), ["dir", "databases"]);
         assert!(config.get(b"nosuch").is_empty());

@@ -45,6 +45,9 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 const QUEUE_DEPTH: usize = 1024;
 /// The most batches applied between two rounds of replies.
 const MAX_DRAIN: usize = 512;
+/// Leases reclaimed per step between requests: a step costs well under a
+/// millisecond, so a million leases expiring at once never stall the core.
+const RECLAIM_STEP: usize = 1000;
 /// How long the core waits for requests before it looks at a rewrite that
 /// is waiting on its writer again.
 const REWRITE_NAP: Duration = Duration::from_millis(1);
@@ -87,7 +90,43 @@ pub struct Core {
     reservation: Option<std_mpsc::Receiver<io::Result<u64>>>,
     /// The last failed ceiling write: when, and the error reply it gave.
     failure: Option<(Instant, String)>,
+    stats: CommandStats,
     shared: Arc<Shared>,
+}
+
+/// Successes and failures of each lease command, for `INFO leases`: an
+/// acquire fails when the run is held, a heartbeat, validate or release
+/// when it answers 0, a get when the run has no lease, any of them on an
+/// error.
+#[derive(Debug, Default)]
+pub struct CommandStats {
+    /// `[succeeded, failed]` for each of [`CommandStats::NAMES`].
+    pub counts: [[u64; 2]; 5],
+}
+
+impl CommandStats {
+    pub const NAMES: [&'static str; 5] = ["acquire", "heartbeat", "validate", "release", "get"];
+
+    /// Where `command` is counted, if it is one of those.
+    fn slot(command: &LeaseCommand) -> Option<usize> {
+        Some(match command {
+            LeaseCommand::Acquire { .. } => 0,
+            LeaseCommand::Heartbeat { .. } => 1,
+            LeaseCommand::Validate { .. } => 2,
+            LeaseCommand::Release { .. } => 3,
+            LeaseCommand::Get { .. } => 4,
+            _ => return None,
+        })
+    }
+
+    fn record(&mut self, slot: usize, reply: &Reply) {
+        let ok = match reply {
+            Reply::Int(flag) => *flag == 1,
+            Reply::Map(_) => true,
+            _ => false,
+        };
+        self.counts[slot][usize::from(!ok)] += 1;
+    }
 }
 
 impl Core {
@@ -110,6 +149,7 @@ impl Core {
             ceiling,
             reservation: None,
             failure: None,
+            stats: CommandStats::default(),
             shared,
         };
         let (queue, batches) = mpsc::channel(QUEUE_DEPTH);
@@ -151,10 +191,7 @@ impl Core {
         batches: &mut Vec<Batch>,
     ) -> bool {
         loop {
-            let step = match &mut self.log {
-                Some(log) => log.step_rewrite(&self.registry),
-                None => RewriteStep::Idle,
-            };
+            let step = self.background_step();
             if step == RewriteStep::Idle {
                 return queue.blocking_recv_many(batches, MAX_DRAIN) > 0;
             }
@@ -183,6 +220,35 @@ impl Core {
         }
     }
 
+    /// One step of the work done between requests: reclaiming leases past
+    /// retention, and a rewrite under way. `Idle` when there is none.
+    fn background_step(&mut self) -> RewriteStep {
+        let swept = self.sweep();
+        let rewrite = match &mut self.log {
+            Some(log) => log.step_rewrite(&self.registry),
+            None => RewriteStep::Idle,
+        };
+        match (swept, rewrite) {
+            (true, _) => RewriteStep::Progress,
+            (false, step) => step,
+        }
+    }
+
+    /// Reclaims a bounded number of leases past retention and logs their
+    /// removal; true if it did any.
+    fn sweep(&mut self) -> bool {
+        if !self.registry.reclaim_due() {
+            return false;
+        }
+        let reclaimed = self.registry.reclaim(RECLAIM_STEP);
+        self.log_changes();
+        if let Err(error) = self.commit() {
+            // The removals stay queued in the log and are retried.
+            error!("Logging reclaimed leases failed: {error}");
+        }
+        reclaimed > 0
+    }
+
     /// Applies every drained batch, commits their changes, then answers
     /// them all.
     fn serve(&mut self, batches: &mut Vec<Batch>) {
@@ -202,7 +268,11 @@ impl Core {
                     replies.push(Reply::error(refusal.clone()));
                     continue;
                 }
+                let counted = CommandStats::slot(&command);
                 let reply = self.apply(command, clock);
+                if let Some(slot) = counted {
+                    self.stats.record(slot, &reply);
+                }
                 if self.log_changes() {
                     changed.push(replies.len());
                 }
@@ -255,7 +325,13 @@ impl Core {
             LeaseCommand::DbSize => Reply::Int(registry.len() as i64),
             LeaseCommand::Info { sections } => {
                 let status = self.log.as_ref().map(Log::status);
-                let text = info::render(&sections, &self.shared, registry, status.as_ref());
+                let text = info::render(
+                    &sections,
+                    &self.shared,
+                    registry,
+                    &self.stats,
+                    status.as_ref(),
+                );
                 Reply::Verbatim(text.into())
             }
             LeaseCommand::RewriteLog => match &mut self.log {
@@ -435,6 +511,7 @@ impl Core {
 pub fn load_state(config: &Config, data_dir: &DataDir) -> Result<(Registry, Option<Log>), String> {
     let ceiling = data_dir.read_ceiling().map_err(|e| e.to_string())?;
     let mut registry = Registry::new(config.lease_ttl, ceiling, ceiling);
+    registry.set_retention(config.lease_retention);
     if !config.appendonly {
         warn!(
             "appendonly is no: leases are kept in memory only and do not survive a restart; \

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 
 use crate::aof::LogStatus;
+use crate::core::CommandStats;
 use crate::registry::Registry;
 use crate::reply::format_double;
 use crate::server::Shared;
@@ -27,6 +28,7 @@ pub fn render(
     requested: &[Bytes],
     shared: &Shared,
     registry: &Registry,
+    commands: &CommandStats,
     log: Option<&LogStatus>,
 ) -> String {
     let everything = requested.is_empty()
@@ -53,7 +55,7 @@ pub fn render(
             "memory" => memory(&mut out),
             "persistence" => persistence(&mut out, registry, log),
             "stats" => stats(&mut out, shared),
-            _ => leases(&mut out, registry),
+            _ => leases(&mut out, registry, shared, commands),
         }
     }
     out
@@ -99,9 +101,24 @@ fn clients(out: &mut String, shared: &Shared) {
 
 fn memory(out: &mut String) {
     out.push_str("# Memory\r\n");
+    let (allocated, resident) = allocator_stats();
     let rss = resident_bytes();
+    line(out, "used_memory", allocated);
+    line(out, "used_memory_human", human_bytes(allocated));
     line(out, "used_memory_rss", rss);
     line(out, "used_memory_rss_human", human_bytes(rss));
+    line(out, "allocator_resident", resident);
+    line(out, "mem_allocator", "jemalloc");
+}
+
+/// Bytes allocated and resident according to jemalloc, the server's
+/// allocator. Its statistics are cached: advancing the epoch refreshes them.
+fn allocator_stats() -> (u64, u64) {
+    use tikv_jemalloc_ctl::{epoch, stats};
+    let _ = epoch::advance();
+    let allocated = stats::allocated::read().unwrap_or(0);
+    let resident = stats::resident::read().unwrap_or(0);
+    (allocated as u64, resident as u64)
 }
 
 fn persistence(out: &mut String, registry: &Registry, log: Option<&LogStatus>) {
@@ -142,9 +159,13 @@ fn stats(out: &mut String, shared: &Shared) {
     );
 }
 
-fn leases(out: &mut String, registry: &Registry) {
+fn leases(out: &mut String, registry: &Registry, shared: &Shared, stats: &CommandStats) {
     out.push_str("# Leases\r\n");
+    let expired = registry.expired_count();
     line(out, "leases", registry.len());
+    line(out, "leases_active", registry.len() - expired);
+    line(out, "leases_expired", expired);
+    line(out, "leases_reclaimed", registry.reclaimed());
     line(out, "last_fencing_token", registry.last_token());
     let time = registry.time();
     let time = if time.is_finite() {
@@ -154,6 +175,15 @@ fn leases(out: &mut String, registry: &Registry) {
     };
     line(out, "registry_time", time);
     line(out, "lease_ttl", format_double(registry.default_ttl()));
+    line(
+        out,
+        "lease_retention",
+        format_double(shared.config.lease_retention),
+    );
+    for (name, [ok, failed]) in CommandStats::NAMES.iter().zip(stats.counts) {
+        line(out, &format!("{name}_ok"), ok);
+        line(out, &format!("{name}_failed"), failed);
+    }
 }
 
 fn line(out: &mut String, name: &str, value: impl std::fmt::Display) {

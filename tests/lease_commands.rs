@@ -322,7 +322,10 @@ fn ids_with_colons_empty_ids_and_binary_ids() {
     );
     assert_eq!(int(&mut con, &["LEASE.RELEASE", "a:b:c:2", "2"]), 1);
     assert_eq!(
-        field(&pairs(run(&mut con, &["LEASE.GET", "a:b"])), "worker_id"),
+        field(
+            &pairs(run(&mut con, &["LEASE.GET", "a:b", "1"])),
+            "worker_id"
+        ),
         bulk_value("c")
     );
 

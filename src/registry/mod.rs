@@ -1,0 +1,511 @@
+//! The lease registry: a pure state machine.
+//!
+//! No I/O and no clock: every operation that needs the time takes `now` (in
+//! seconds) as an argument, so the rules of the contract can be tested in
+//! microseconds. The core owns one `Registry` and feeds it commands.
+//!
+//! The leases themselves are kept in a [`table::LeaseTable`], which finds
+//! them by run, by fencing token and by expiry. `HEARTBEAT` and `RELEASE`
+//! name a lease by its id and token only, and a lease id cannot be split
+//! back into run and worker (both may contain `:`): tokens are unique, so
+//! the token finds the lease and the whole id is then compared.
+//!
+//! Retention: an expired lease that nobody took over stays releasable while
+//! `time < expires_at + retention`; after that it is gone. Lookups treat
+//! such a lease as absent (and remove it on the spot), and [`Registry::reclaim`]
+//! removes them in bounded steps, earliest first, so memory follows the
+//! live working set.
+//!
+//! Every change of state is also recorded as a [`Change`] (when recording
+//! is on), for the append-only log.
+
+mod table;
+
+use bytes::Bytes;
+
+use table::{LeaseTable, Slot};
+
+/// A lease as the registry reports it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Lease {
+    pub run_id: Bytes,
+    pub worker_id: Bytes,
+    pub fencing_token: u64,
+    pub expires_at: f64,
+}
+
+impl Lease {
+    /// `"{run_id}:{worker_id}:{fencing_token}"`, built on demand: the
+    /// registry never stores it.
+    pub fn lease_id(&self) -> Vec<u8> {
+        let mut token = itoa::Buffer::new();
+        let token = token.format(self.fencing_token).as_bytes();
+        let mut id = Vec::with_capacity(self.run_id.len() + self.worker_id.len() + token.len() + 2);
+        id.extend_from_slice(&self.run_id);
+        id.push(b':');
+        id.extend_from_slice(&self.worker_id);
+        id.push(b':');
+        id.extend_from_slice(token);
+        id
+    }
+}
+
+/// A change to the registry's state, as the append-only log records it.
+/// Every change sets state outright instead of relative to what was there,
+/// so replaying one whose effect is already present changes nothing: a
+/// snapshot taken while changes go on, followed by those changes, gives
+/// the right state.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Change {
+    /// The run's current lease is this one, replacing any it had.
+    Put {
+        run_id: Bytes,
+        worker_id: Bytes,
+        fencing_token: u64,
+        expires_at: f64,
+        ttl: f64,
+    },
+    /// The lease with this token, if there is one, expires at `expires_at`.
+    Extend { fencing_token: u64, expires_at: f64 },
+    /// The lease with this token, if there is one, is gone.
+    Remove { fencing_token: u64 },
+    /// Registry time is at least this.
+    Time(f64),
+    /// The last token issued is at least this. Snapshots carry it because a
+    /// released lease no longer shows its token.
+    LastToken(u64),
+}
+
+/// A lease as a snapshot reads it, borrowed from the registry: written to
+/// the log as a `Put` without copying its ids.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LeaseRecord<'a> {
+    pub run_id: &'a [u8],
+    pub worker_id: &'a [u8],
+    pub fencing_token: u64,
+    pub expires_at: f64,
+    pub ttl: f64,
+}
+
+impl LeaseRecord<'_> {
+    /// The `Put` change that recreates this lease.
+    pub fn to_change(&self) -> Change {
+        Change::Put {
+            run_id: Bytes::copy_from_slice(self.run_id),
+            worker_id: Bytes::copy_from_slice(self.worker_id),
+            fencing_token: self.fencing_token,
+            expires_at: self.expires_at,
+            ttl: self.ttl,
+        }
+    }
+}
+
+/// Why an acquire could not issue a token although the run was free.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenError {
+    /// The next token is above the durable ceiling: the caller must raise
+    /// the ceiling (see [`Registry::set_token_ceiling`]) and try again.
+    CeilingReached,
+    /// Every token up to 2^63-1 has been issued.
+    Exhausted,
+}
+
+/// The largest fencing token: tokens travel as RESP integers (i64).
+pub const MAX_TOKEN: u64 = i64::MAX as u64;
+
+#[derive(Debug)]
+pub struct Registry {
+    leases: LeaseTable,
+    /// The last fencing token issued (0 before the first).
+    last_token: u64,
+    /// Tokens above this are not yet durably reserved and may not be issued.
+    token_ceiling: u64,
+    /// Registry time: the latest `now` seen. Starts below every finite time.
+    time: f64,
+    /// TTL in seconds of leases acquired without a `TTL` option.
+    default_ttl: f64,
+    /// Seconds an expired lease stays releasable; infinite keeps it forever.
+    retention: f64,
+    /// Leases removed because their retention ran out.
+    reclaimed: u64,
+    /// Changes since the last [`Registry::take_changes`], if recording.
+    changes: Vec<Change>,
+    recording: bool,
+}
+
+impl Registry {
+    /// An empty registry whose next token is `last_token + 1`, and which may
+    /// issue tokens up to `token_ceiling`. It keeps expired leases forever
+    /// (see [`Registry::set_retention`]) and does not record changes.
+    pub fn new(default_ttl: f64, last_token: u64, token_ceiling: u64) -> Registry {
+        Registry {
+            leases: LeaseTable::default(),
+            last_token,
+            token_ceiling,
+            time: f64::NEG_INFINITY,
+            default_ttl,
+            retention: f64::INFINITY,
+            reclaimed: 0,
+            changes: Vec::new(),
+            recording: false,
+        }
+    }
+
+    /// How long expired leases stay releasable, in seconds; 0 or infinity
+    /// keeps them forever (the `lease-retention` directive's meaning of 0).
+    pub fn set_retention(&mut self, seconds: f64) {
+        self.retention = if seconds > 0.0 {
+            seconds
+        } else {
+            f64::INFINITY
+        };
+    }
+
+    /// Whether changes are recorded for [`Registry::take_changes`].
+    pub fn set_recording(&mut self, recording: bool) {
+        self.recording = recording;
+        if !recording {
+            self.changes.clear();
+        }
+    }
+
+    /// The changes made since the last call, oldest first.
+    pub fn take_changes(&mut self) -> std::vec::Drain<'_, Change> {
+        self.changes.drain(..)
+    }
+
+    /// Advances registry time to `now` if it is later, and returns the time
+    /// to evaluate at: a lagging clock is read as the latest time seen.
+    pub fn advance_time(&mut self, now: f64) -> f64 {
+        if now > self.time {
+            self.time = now;
+        }
+        self.time
+    }
+
+    /// Registry time, or negative infinity before any `now` was seen.
+    pub fn time(&self) -> f64 {
+        self.time
+    }
+
+    /// The TTL of leases acquired without a `TTL` option.
+    pub fn default_ttl(&self) -> f64 {
+        self.default_ttl
+    }
+
+    pub fn last_token(&self) -> u64 {
+        self.last_token
+    }
+
+    pub fn token_ceiling(&self) -> u64 {
+        self.token_ceiling
+    }
+
+    /// Allows tokens up to `ceiling` once it is durable. It never lowers.
+    pub fn set_token_ceiling(&mut self, ceiling: u64) {
+        self.token_ceiling = self.token_ceiling.max(ceiling);
+    }
+
+    /// The number of leases held, active or expired (those past retention
+    /// count until they are reclaimed).
+    pub fn len(&self) -> usize {
+        self.leases.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Leases held whose `expires_at` has passed.
+    pub fn expired_count(&self) -> usize {
+        self.leases.count_expired(self.time)
+    }
+
+    /// Leases removed so far because their retention ran out.
+    pub fn reclaimed(&self) -> u64 {
+        self.reclaimed
+    }
+
+    /// Takes a lease on `run_id` if it has none or its lease has expired.
+    /// `Ok(None)` when the run is held; a failed acquire issues no token.
+    pub fn acquire(
+        &mut self,
+        run_id: &[u8],
+        worker_id: &[u8],
+        now: f64,
+        ttl: Option<f64>,
+    ) -> Result<Option<Lease>, TokenError> {
+        let now = self.advance_time(now);
+        let previous = self.current_by_run(run_id);
+        if previous.is_some_and(|slot| self.leases.get(slot).expires_at > now) {
+            return Ok(None);
+        }
+        let fencing_token = self.next_token()?;
+        let ttl = ttl.unwrap_or(self.default_ttl);
+        let expires_at = now + ttl;
+        match previous {
+            Some(slot) => self
+                .leases
+                .replace(slot, worker_id, fencing_token, expires_at, ttl),
+            None => self
+                .leases
+                .insert(run_id, worker_id, fencing_token, expires_at, ttl),
+        }
+        self.record(|| Change::Put {
+            run_id: Bytes::copy_from_slice(run_id),
+            worker_id: Bytes::copy_from_slice(worker_id),
+            fencing_token,
+            expires_at,
+            ttl,
+        });
+        Ok(Some(Lease {
+            run_id: Bytes::copy_from_slice(run_id),
+            worker_id: Bytes::copy_from_slice(worker_id),
+            fencing_token,
+            expires_at,
+        }))
+    }
+
+    /// Extends the current, unexpired lease with this id and token by its
+    /// TTL from `now`. Never revives an expired lease.
+    pub fn heartbeat(&mut self, lease_id: &[u8], fencing_token: u64, now: f64) -> bool {
+        let now = self.advance_time(now);
+        let Some(slot) = self.current_by_token(fencing_token) else {
+            return false;
+        };
+        let entry = self.leases.get(slot);
+        if !id_matches(lease_id, entry) || entry.expires_at <= now {
+            return false;
+        }
+        let expires_at = now + entry.ttl;
+        self.leases.set_expiry(slot, expires_at);
+        self.record(|| Change::Extend {
+            fencing_token,
+            expires_at,
+        });
+        true
+    }
+
+    /// Whether this lease is the run's current lease and has not expired.
+    pub fn validate(
+        &mut self,
+        run_id: &[u8],
+        lease_id: &[u8],
+        fencing_token: u64,
+        now: f64,
+    ) -> bool {
+        let now = self.advance_time(now);
+        self.current_by_run(run_id).is_some_and(|slot| {
+            let entry = self.leases.get(slot);
+            entry.fencing_token == fencing_token
+                && id_matches(lease_id, entry)
+                && entry.expires_at > now
+        })
+    }
+
+    /// Removes the lease if it is still its run's current lease, expired or
+    /// not (within retention). Carries no `now`, so time does not move.
+    pub fn release(&mut self, lease_id: &[u8], fencing_token: u64) -> bool {
+        let Some(slot) = self.current_by_token(fencing_token) else {
+            return false;
+        };
+        if !id_matches(lease_id, self.leases.get(slot)) {
+            return false;
+        }
+        self.leases.remove(slot);
+        self.record(|| Change::Remove { fencing_token });
+        true
+    }
+
+    /// The run's current lease and whether it has expired at `now`.
+    pub fn get(&mut self, run_id: &[u8], now: f64) -> Option<(Lease, bool)> {
+        let now = self.advance_time(now);
+        let slot = self.current_by_run(run_id)?;
+        let entry = self.leases.get(slot);
+        Some((to_lease(entry), entry.expires_at <= now))
+    }
+
+    /// Whether some lease's retention has run out, so [`Registry::reclaim`]
+    /// has work.
+    pub fn reclaim_due(&self) -> bool {
+        self.leases
+            .earliest()
+            .is_some_and(|(second, _)| self.second_due(second))
+    }
+
+    /// Removes up to `max` leases whose retention has run out, earliest
+    /// first, each a logged change; returns how many.
+    pub fn reclaim(&mut self, max: usize) -> usize {
+        let mut done = 0;
+        while done < max {
+            let Some((second, slot)) = self.leases.earliest() else {
+                break;
+            };
+            // A whole second at a time: every lease expiring in it is due
+            // once the second plus retention has passed. The rest of a
+            // second still running are caught by the lookups.
+            if !self.second_due(second) {
+                break;
+            }
+            self.reclaim_slot(slot);
+            done += 1;
+        }
+        done
+    }
+
+    fn second_due(&self, second: i64) -> bool {
+        (second as f64) + 1.0 + self.retention <= self.time
+    }
+
+    /// Whether the lease in `slot` is past retention at registry time.
+    fn past_retention(&self, slot: u32) -> bool {
+        self.leases.get(slot).expires_at + self.retention <= self.time
+    }
+
+    fn reclaim_slot(&mut self, slot: u32) {
+        let fencing_token = self.leases.get(slot).fencing_token;
+        self.leases.remove(slot);
+        self.reclaimed += 1;
+        self.record(|| Change::Remove { fencing_token });
+    }
+
+    /// The run's lease, unless its retention has run out (then it is
+    /// reclaimed now, and the run has none).
+    fn current_by_run(&mut self, run_id: &[u8]) -> Option<u32> {
+        let slot = self.leases.find_run(run_id)?;
+        self.unless_past_retention(slot)
+    }
+
+    fn current_by_token(&mut self, fencing_token: u64) -> Option<u32> {
+        let slot = self.leases.find_token(fencing_token)?;
+        self.unless_past_retention(slot)
+    }
+
+    fn unless_past_retention(&mut self, slot: u32) -> Option<u32> {
+        if self.past_retention(slot) {
+            self.reclaim_slot(slot);
+            return None;
+        }
+        Some(slot)
+    }
+
+    /// Applies a change read back from the log. Changes set state outright,
+    /// so applying one whose effect is already present changes nothing.
+    /// Tokens and time only ever grow.
+    pub fn apply(&mut self, change: Change) {
+        match change {
+            Change::Put {
+                run_id,
+                worker_id,
+                fencing_token,
+                expires_at,
+                ttl,
+            } => {
+                self.last_token = self.last_token.max(fencing_token);
+                if let Some(slot) = self.leases.find_token(fencing_token) {
+                    // Only a replayed log can put a token twice; the newer wins.
+                    self.leases.remove(slot);
+                }
+                match self.leases.find_run(&run_id) {
+                    Some(slot) => {
+                        self.leases
+                            .replace(slot, &worker_id, fencing_token, expires_at, ttl)
+                    }
+                    None => self
+                        .leases
+                        .insert(&run_id, &worker_id, fencing_token, expires_at, ttl),
+                }
+            }
+            Change::Extend {
+                fencing_token,
+                expires_at,
+            } => {
+                if let Some(slot) = self.leases.find_token(fencing_token) {
+                    self.leases.set_expiry(slot, expires_at);
+                }
+            }
+            Change::Remove { fencing_token } => {
+                if let Some(slot) = self.leases.find_token(fencing_token) {
+                    self.leases.remove(slot);
+                }
+            }
+            Change::Time(time) => {
+                self.advance_time(time);
+            }
+            Change::LastToken(token) => self.last_token = self.last_token.max(token),
+        }
+    }
+
+    /// The leases in slots `from..`, visiting at most `max` slots; returns
+    /// where to continue, or `None` after the last slot. Slots keep their
+    /// leases while they live, so a walk spread over many calls sees every
+    /// lease that was there throughout it.
+    pub fn snapshot(
+        &self,
+        from: usize,
+        max: usize,
+        mut visit: impl FnMut(LeaseRecord<'_>),
+    ) -> Option<usize> {
+        let end = from.saturating_add(max).min(self.leases.bound());
+        for slot in from..end {
+            if let Some(entry) = self.leases.at(slot) {
+                visit(LeaseRecord {
+                    run_id: entry.run_id(),
+                    worker_id: entry.worker_id(),
+                    fencing_token: entry.fencing_token,
+                    expires_at: entry.expires_at,
+                    ttl: entry.ttl,
+                });
+            }
+        }
+        (end < self.leases.bound()).then_some(end)
+    }
+
+    fn next_token(&mut self) -> Result<u64, TokenError> {
+        if self.last_token >= MAX_TOKEN {
+            return Err(TokenError::Exhausted);
+        }
+        if self.last_token >= self.token_ceiling {
+            return Err(TokenError::CeilingReached);
+        }
+        self.last_token += 1;
+        Ok(self.last_token)
+    }
+
+    fn record(&mut self, change: impl FnOnce() -> Change) {
+        if self.recording {
+            self.changes.push(change());
+        }
+    }
+}
+
+fn to_lease(entry: &Slot) -> Lease {
+    Lease {
+        run_id: Bytes::copy_from_slice(entry.run_id()),
+        worker_id: Bytes::copy_from_slice(entry.worker_id()),
+        fencing_token: entry.fencing_token,
+        expires_at: entry.expires_at,
+    }
+}
+
+/// Whether `lease_id` is exactly `run_id:worker_id:token` of this lease,
+/// compared piece by piece without building the id.
+fn id_matches(lease_id: &[u8], entry: &Slot) -> bool {
+    let mut token = itoa::Buffer::new();
+    let token = token.format(entry.fencing_token).as_bytes();
+    let (run_id, worker_id) = (entry.run_id(), entry.worker_id());
+    let expected_len = run_id.len() + worker_id.len() + token.len() + 2;
+    if lease_id.len() != expected_len {
+        return false;
+    }
+    let (run_part, rest) = lease_id.split_at(run_id.len());
+    let (worker_part, token_part) = rest[1..].split_at(worker_id.len());
+    run_part == run_id
+        && rest[0] == b':'
+        && worker_part == worker_id
+        && token_part[0] == b':'
+        && &token_part[1..] == token
+}
+
+#[cfg(test)]
+mod tests;

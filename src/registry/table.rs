@@ -1,0 +1,479 @@
+//! The lease table: what the registry stores per lease, and its indexes.
+//!
+//! Leases live in an arena of fixed-size slots. A slot keeps its index for
+//! its lease's whole life (snapshots walk the arena by index while it
+//! changes), and a freed slot is reused lowest first, so that when leases
+//! come and go the live ones gather at the front and the arena can shrink
+//! from its end.
+//!
+//! A slot is 56 bytes: the run and worker ids in one field (inline when
+//! they fit in 21 bytes, else one heap block), the token, the expiry, the
+//! TTL, and two links of the expiry index. The lease id is derived, never
+//! stored. Three indexes point into the arena by slot number only:
+//! - by run id and by fencing token: hash tables of `u32`;
+//! - by expiry: the leases of each whole second of `expires_at` form a list
+//!   threaded through their slots, and an ordered map holds each second's
+//!   list head, so the earliest leases are found without a scan and moving
+//!   a lease (a heartbeat) is O(1) plus a map update.
+
+use std::collections::BTreeMap;
+use std::hash::BuildHasher;
+
+use hashbrown::{DefaultHashBuilder, HashTable};
+
+/// The end of an expiry list.
+const NIL: u32 = u32::MAX;
+/// Ids of up to this many bytes (run and worker together) live in the slot.
+const INLINE: usize = 21;
+
+/// The run and worker ids of a lease, in one field of 24 bytes.
+#[derive(Clone, Debug)]
+enum Ids {
+    Inline {
+        run_len: u8,
+        len: u8,
+        bytes: [u8; INLINE],
+    },
+    /// `run_len` as 4 bytes little-endian, then run id and worker id.
+    Heap(Box<[u8]>),
+}
+
+impl Ids {
+    fn new(run_id: &[u8], worker_id: &[u8]) -> Ids {
+        let len = run_id.len() + worker_id.len();
+        if len <= INLINE {
+            let mut bytes = [0; INLINE];
+            bytes[..run_id.len()].copy_from_slice(run_id);
+            bytes[run_id.len()..len].copy_from_slice(worker_id);
+            return Ids::Inline {
+                run_len: run_id.len() as u8,
+                len: len as u8,
+                bytes,
+            };
+        }
+        let run_len = u32::try_from(run_id.len()).expect("run ids are far below 4 GiB");
+        let mut heap = Vec::with_capacity(4 + len);
+        heap.extend_from_slice(&run_len.to_le_bytes());
+        heap.extend_from_slice(run_id);
+        heap.extend_from_slice(worker_id);
+        Ids::Heap(heap.into_boxed_slice())
+    }
+
+    /// The run id and the worker id.
+    fn split(&self) -> (&[u8], &[u8]) {
+        match self {
+            Ids::Inline {
+                run_len,
+                len,
+                bytes,
+            } => bytes[..usize::from(*len)].split_at(usize::from(*run_len)),
+            Ids::Heap(heap) => {
+                let (run_len, ids) = heap.split_at(4);
+                let run_len = u32::from_le_bytes(run_len.try_into().expect("4 bytes")) as usize;
+                ids.split_at(run_len)
+            }
+        }
+    }
+
+    fn empty() -> Ids {
+        Ids::Inline {
+            run_len: 0,
+            len: 0,
+            bytes: [0; INLINE],
+        }
+    }
+}
+
+/// One lease. A free slot has token 0 (tokens start at 1).
+#[derive(Clone, Debug)]
+pub struct Slot {
+    ids: Ids,
+    pub fencing_token: u64,
+    pub expires_at: f64,
+    /// Seconds each heartbeat extends this lease by.
+    pub ttl: f64,
+    /// Neighbours in the list of leases expiring in the same second.
+    prev: u32,
+    next: u32,
+}
+
+impl Slot {
+    pub fn run_id(&self) -> &[u8] {
+        self.ids.split().0
+    }
+
+    pub fn worker_id(&self) -> &[u8] {
+        self.ids.split().1
+    }
+
+    fn is_free(&self) -> bool {
+        self.fencing_token == 0
+    }
+}
+
+/// The head and length of one second's expiry list.
+#[derive(Clone, Copy, Debug)]
+struct Second {
+    head: u32,
+    count: u32,
+}
+
+/// The second an expiry falls in. Times beyond `i64` (or infinite) share
+/// the last one, which is only ever reached by time itself being there.
+fn second_of(expires_at: f64) -> i64 {
+    // `as` saturates, which is what we want at the extremes.
+    expires_at.floor() as i64
+}
+
+#[derive(Debug, Default)]
+pub struct LeaseTable {
+    slots: Vec<Slot>,
+    /// One bit per slot, set when it is free.
+    free: Vec<u64>,
+    /// No free slot below `64 * free_hint`.
+    free_hint: usize,
+    len: usize,
+    by_run: HashTable<u32>,
+    by_token: HashTable<u32>,
+    hasher: DefaultHashBuilder,
+    /// Each second of `expires_at` that has leases, with its list.
+    expiry: BTreeMap<i64, Second>,
+}
+
+impl LeaseTable {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn get(&self, slot: u32) -> &Slot {
+        &self.slots[slot as usize]
+    }
+
+    /// Slots `0..bound()` may hold leases.
+    pub fn bound(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The lease in `slot`, if the slot exists and holds one.
+    pub fn at(&self, slot: usize) -> Option<&Slot> {
+        self.slots.get(slot).filter(|s| !s.is_free())
+    }
+
+    pub fn find_run(&self, run_id: &[u8]) -> Option<u32> {
+        let hash = self.hasher.hash_one(run_id);
+        let slots = &self.slots;
+        self.by_run
+            .find(hash, |&slot| slots[slot as usize].run_id() == run_id)
+            .copied()
+    }
+
+    pub fn find_token(&self, fencing_token: u64) -> Option<u32> {
+        let hash = self.hasher.hash_one(fencing_token);
+        let slots = &self.slots;
+        self.by_token
+            .find(hash, |&slot| {
+                slots[slot as usize].fencing_token == fencing_token
+            })
+            .copied()
+    }
+
+    /// Adds a lease for a run that has none.
+    pub fn insert(
+        &mut self,
+        run_id: &[u8],
+        worker_id: &[u8],
+        fencing_token: u64,
+        expires_at: f64,
+        ttl: f64,
+    ) {
+        let slot = self.take_free_slot();
+        self.slots[slot as usize] = Slot {
+            ids: Ids::new(run_id, worker_id),
+            fencing_token,
+            expires_at,
+            ttl,
+            prev: NIL,
+            next: NIL,
+        };
+        self.len += 1;
+        let hash = self.hasher.hash_one(run_id);
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.by_run
+            .insert_unique(hash, slot, |&s| hasher.hash_one(slots[s as usize].run_id()));
+        self.index_token(slot);
+        self.link(slot);
+    }
+
+    /// Gives the run in `slot` a new lease (a takeover), keeping the slot.
+    pub fn replace(
+        &mut self,
+        slot: u32,
+        worker_id: &[u8],
+        fencing_token: u64,
+        expires_at: f64,
+        ttl: f64,
+    ) {
+        self.unindex_token(slot);
+        self.unlink(slot);
+        let entry = &mut self.slots[slot as usize];
+        entry.ids = Ids::new(entry.ids.split().0, worker_id);
+        entry.fencing_token = fencing_token;
+        entry.expires_at = expires_at;
+        entry.ttl = ttl;
+        self.index_token(slot);
+        self.link(slot);
+    }
+
+    pub fn set_expiry(&mut self, slot: u32, expires_at: f64) {
+        let old = self.slots[slot as usize].expires_at;
+        if second_of(old) == second_of(expires_at) {
+            self.slots[slot as usize].expires_at = expires_at;
+            return;
+        }
+        self.unlink(slot);
+        self.slots[slot as usize].expires_at = expires_at;
+        self.link(slot);
+    }
+
+    pub fn remove(&mut self, slot: u32) {
+        self.unindex_token(slot);
+        self.unlink(slot);
+        let hash = self.hasher.hash_one(self.slots[slot as usize].run_id());
+        if let Ok(found) = self.by_run.find_entry(hash, |&s| s == slot) {
+            found.remove();
+        }
+        let entry = &mut self.slots[slot as usize];
+        entry.ids = Ids::empty();
+        entry.fencing_token = 0;
+        self.len -= 1;
+        self.mark_free(slot);
+        self.shrink();
+    }
+
+    /// A lease expiring in the earliest second that has any, and that
+    /// second: the next candidate for reclaiming.
+    pub fn earliest(&self) -> Option<(i64, u32)> {
+        self.expiry
+            .first_key_value()
+            .map(|(&second, list)| (second, list.head))
+    }
+
+    /// How many leases have expired at `time` (`expires_at <= time`).
+    pub fn count_expired(&self, time: f64) -> usize {
+        let mut count = 0;
+        for (&second, list) in self.expiry.range(..=second_of(time)) {
+            if (second as f64) + 1.0 <= time {
+                count += list.count as usize;
+                continue;
+            }
+            let mut slot = list.head;
+            while slot != NIL {
+                let entry = &self.slots[slot as usize];
+                count += usize::from(entry.expires_at <= time);
+                slot = entry.next;
+            }
+        }
+        count
+    }
+
+    fn index_token(&mut self, slot: u32) {
+        let hash = self
+            .hasher
+            .hash_one(self.slots[slot as usize].fencing_token);
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.by_token.insert_unique(hash, slot, |&s| {
+            hasher.hash_one(slots[s as usize].fencing_token)
+        });
+    }
+
+    fn unindex_token(&mut self, slot: u32) {
+        let hash = self
+            .hasher
+            .hash_one(self.slots[slot as usize].fencing_token);
+        if let Ok(found) = self.by_token.find_entry(hash, |&s| s == slot) {
+            found.remove();
+        }
+    }
+
+    /// Puts `slot` at the head of its second's expiry list.
+    fn link(&mut self, slot: u32) {
+        let second = second_of(self.slots[slot as usize].expires_at);
+        let list = self.expiry.entry(second).or_insert(Second {
+            head: NIL,
+            count: 0,
+        });
+        let old_head = list.head;
+        list.head = slot;
+        list.count += 1;
+        let entry = &mut self.slots[slot as usize];
+        entry.prev = NIL;
+        entry.next = old_head;
+        if old_head != NIL {
+            self.slots[old_head as usize].prev = slot;
+        }
+    }
+
+    /// Takes `slot` out of its expiry list (before its expiry changes).
+    fn unlink(&mut self, slot: u32) {
+        let Slot {
+            prev,
+            next,
+            expires_at,
+            ..
+        } = self.slots[slot as usize];
+        if next != NIL {
+            self.slots[next as usize].prev = prev;
+        }
+        if prev != NIL {
+            self.slots[prev as usize].next = next;
+        }
+        let second = second_of(expires_at);
+        let list = self
+            .expiry
+            .get_mut(&second)
+            .expect("a linked lease's second is listed");
+        if prev == NIL {
+            list.head = next;
+        }
+        list.count -= 1;
+        if list.count == 0 {
+            self.expiry.remove(&second);
+        }
+    }
+
+    /// The lowest free slot, or a new one at the end.
+    fn take_free_slot(&mut self) -> u32 {
+        while self.free_hint < self.free.len() {
+            let word = self.free[self.free_hint];
+            if word != 0 {
+                let bit = word.trailing_zeros() as usize;
+                self.free[self.free_hint] &= !(1 << bit);
+                return (self.free_hint * 64 + bit) as u32;
+            }
+            self.free_hint += 1;
+        }
+        let slot = u32::try_from(self.slots.len()).expect("fewer than 2^32 leases");
+        assert!(slot != NIL, "fewer than 2^32 - 1 leases");
+        self.slots.push(Slot {
+            ids: Ids::empty(),
+            fencing_token: 0,
+            expires_at: 0.0,
+            ttl: 0.0,
+            prev: NIL,
+            next: NIL,
+        });
+        if self.free.len() * 64 < self.slots.len() {
+            self.free.push(0);
+        }
+        slot
+    }
+
+    fn mark_free(&mut self, slot: u32) {
+        let slot = slot as usize;
+        self.free[slot / 64] |= 1 << (slot % 64);
+        self.free_hint = self.free_hint.min(slot / 64);
+    }
+
+    /// Drops free slots at the end of the arena, and gives memory back once
+    /// the table has shrunk to a quarter of what it holds room for.
+    fn shrink(&mut self) {
+        while self.slots.last().is_some_and(Slot::is_free) {
+            let slot = self.slots.len() - 1;
+            self.free[slot / 64] &= !(1 << (slot % 64));
+            self.slots.pop();
+        }
+        self.free.truncate(self.slots.len().div_ceil(64));
+        self.free_hint = self.free_hint.min(self.free.len());
+        if self.slots.capacity() > 64 && self.slots.capacity() / 4 > self.slots.len() {
+            self.slots.shrink_to(self.slots.len() * 2);
+            self.free.shrink_to(self.free.len() * 2);
+        }
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        if self.by_run.capacity() > 64 && self.by_run.capacity() / 4 > self.len {
+            self.by_run.shrink_to(self.len * 2, |&s| {
+                hasher.hash_one(slots[s as usize].run_id())
+            });
+            self.by_token.shrink_to(self.len * 2, |&s| {
+                hasher.hash_one(slots[s as usize].fencing_token)
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_is_56_bytes() {
+        assert_eq!(std::mem::size_of::<Ids>(), 24);
+        assert_eq!(std::mem::size_of::<Slot>(), 56);
+    }
+
+    #[test]
+    fn ids_inline_and_on_the_heap() {
+        for (run, worker) in [
+            (&b""[..], &b""[..]),
+            (b"run:123456", b"worker-12"),
+            (b"a-run-id-of-21-bytes!", b""),
+            (b"", b"a-worker-of-22-bytes!!"),
+            (b"r", &[0xff; 300][..]),
+        ] {
+            let ids = Ids::new(run, worker);
+            assert_eq!(ids.split(), (run, worker));
+            let inline = matches!(ids, Ids::Inline { .. });
+            assert_eq!(inline, run.len() + worker.len() <= INLINE);
+        }
+    }
+
+    #[test]
+    fn freed_slots_are_reused_lowest_first_and_the_end_shrinks() {
+        let mut table = LeaseTable::default();
+        for i in 0..200u64 {
+            table.insert(format!("r{i}").as_bytes(), b"w", i + 1, i as f64, 1.0);
+        }
+        for token in [150u64, 10, 70] {
+            let slot = table.find_token(token).unwrap();
+            table.remove(slot);
+        }
+        table.insert(b"new-1", b"w", 1001, 0.0, 1.0);
+        table.insert(b"new-2", b"w", 1002, 0.0, 1.0);
+        assert_eq!(table.find_run(b"new-1"), Some(9));
+        assert_eq!(table.find_run(b"new-2"), Some(69));
+        for token in 100..=200u64 {
+            if let Some(slot) = table.find_token(token) {
+                table.remove(slot);
+            }
+        }
+        assert_eq!(table.bound(), 99);
+        assert_eq!(table.len(), 99);
+        for i in 0..99 {
+            if let Some(entry) = table.at(i) {
+                assert_eq!(table.find_run(entry.run_id()), Some(i as u32));
+            }
+        }
+    }
+
+    #[test]
+    fn the_expiry_index_finds_the_earliest_and_counts_expired() {
+        let mut table = LeaseTable::default();
+        table.insert(b"a", b"w", 1, 10.5, 1.0);
+        table.insert(b"b", b"w", 2, 10.2, 1.0);
+        table.insert(b"c", b"w", 3, 3.0, 1.0);
+        assert_eq!(table.earliest(), Some((3, 2)));
+        assert_eq!(table.count_expired(10.3), 2);
+        assert_eq!(table.count_expired(2.9), 0);
+        assert_eq!(table.count_expired(11.0), 3);
+        table.set_expiry(2, 20.0);
+        assert_eq!(table.earliest(), Some((10, 1)));
+        table.set_expiry(0, 10.9);
+        assert_eq!(table.count_expired(10.95), 2);
+        table.remove(1);
+        assert_eq!(table.earliest(), Some((10, 0)));
+        table.remove(0);
+        assert_eq!(table.earliest(), Some((20, 2)));
+        table.remove(2);
+        assert_eq!(table.earliest(), None);
+        assert_eq!((table.len(), table.bound()), (0, 0));
+    }
+}
