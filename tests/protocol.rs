@@ -214,7 +214,7 @@ fn resp3_lease_replies_are_exact() {
 
     // RESET goes back to RESP2, and null with it.
     c.expect(b"RESET\r\n", b"+RESET\r\n");
-    c.expect(&req(&["LEASE.GET", "no-such-run"]), b"$-1\r\n");
+    c.expect(&req(&["LEASE.GET", "no-such-run", "21"]), b"$-1\r\n");
     c.expect(
         &req(&["LEASE.GET", "run-2", "20.5"]),
         &get2("run-2", "worker-b", 2, "20.5", 1),
