@@ -19,6 +19,8 @@
 //! Every change of state is also recorded as a [`Change`] (when recording
 //! is on), for the append-only log.
 
+mod arena;
+mod index;
 mod table;
 
 use bytes::Bytes;

@@ -10,7 +10,8 @@
 //! they fit in 21 bytes, else one heap block), the token, the expiry, the
 //! TTL, and two links of the expiry index. The lease id is derived, never
 //! stored. Three indexes point into the arena by slot number only:
-//! - by run id and by fencing token: hash tables of `u32`;
+//! - by run id and by fencing token: hash tables of `u32` that grow and
+//!   shrink a step per change ([`SlotIndex`]), never all at once;
 //! - by expiry: the leases of each whole second of `expires_at` form a list
 //!   threaded through their slots, and an ordered map holds each second's
 //!   list head, so the earliest leases are found without a scan and moving
@@ -19,7 +20,10 @@
 use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 
-use hashbrown::{DefaultHashBuilder, HashTable};
+use hashbrown::DefaultHashBuilder;
+
+use super::arena::{Arena, Vacancy};
+use super::index::SlotIndex;
 
 /// The end of an expiry list.
 const NIL: u32 = u32::MAX;
@@ -97,6 +101,23 @@ pub struct Slot {
     next: u32,
 }
 
+impl Vacancy for Slot {
+    fn vacant() -> Slot {
+        Slot {
+            ids: Ids::empty(),
+            fencing_token: 0,
+            expires_at: 0.0,
+            ttl: 0.0,
+            prev: NIL,
+            next: NIL,
+        }
+    }
+
+    fn is_vacant(&self) -> bool {
+        self.fencing_token == 0
+    }
+}
+
 impl Slot {
     pub fn run_id(&self) -> &[u8] {
         self.ids.split().0
@@ -104,10 +125,6 @@ impl Slot {
 
     pub fn worker_id(&self) -> &[u8] {
         self.ids.split().1
-    }
-
-    fn is_free(&self) -> bool {
-        self.fencing_token == 0
     }
 }
 
@@ -127,14 +144,10 @@ fn second_of(expires_at: f64) -> i64 {
 
 #[derive(Debug, Default)]
 pub struct LeaseTable {
-    slots: Vec<Slot>,
-    /// One bit per slot, set when it is free.
-    free: Vec<u64>,
-    /// No free slot below `64 * free_hint`.
-    free_hint: usize,
+    slots: Arena<Slot>,
     len: usize,
-    by_run: HashTable<u32>,
-    by_token: HashTable<u32>,
+    by_run: SlotIndex,
+    by_token: SlotIndex,
     hasher: DefaultHashBuilder,
     /// Each second of `expires_at` that has leases, with its list.
     expiry: BTreeMap<i64, Second>,
@@ -146,35 +159,30 @@ impl LeaseTable {
     }
 
     pub fn get(&self, slot: u32) -> &Slot {
-        &self.slots[slot as usize]
+        self.slots.get(slot)
     }
 
     /// Slots `0..bound()` may hold leases.
     pub fn bound(&self) -> usize {
-        self.slots.len()
+        self.slots.end()
     }
 
     /// The lease in `slot`, if the slot exists and holds one.
     pub fn at(&self, slot: usize) -> Option<&Slot> {
-        self.slots.get(slot).filter(|s| !s.is_free())
+        self.slots.at(slot)
     }
 
     pub fn find_run(&self, run_id: &[u8]) -> Option<u32> {
         let hash = self.hasher.hash_one(run_id);
-        let slots = &self.slots;
         self.by_run
-            .find(hash, |&slot| slots[slot as usize].run_id() == run_id)
-            .copied()
+            .find(hash, |slot| self.slots.get(slot).run_id() == run_id)
     }
 
     pub fn find_token(&self, fencing_token: u64) -> Option<u32> {
         let hash = self.hasher.hash_one(fencing_token);
-        let slots = &self.slots;
-        self.by_token
-            .find(hash, |&slot| {
-                slots[slot as usize].fencing_token == fencing_token
-            })
-            .copied()
+        self.by_token.find(hash, |slot| {
+            self.slots.get(slot).fencing_token == fencing_token
+        })
     }
 
     /// Adds a lease for a run that has none.
@@ -186,8 +194,8 @@ impl LeaseTable {
         expires_at: f64,
         ttl: f64,
     ) {
-        let slot = self.take_free_slot();
-        self.slots[slot as usize] = Slot {
+        let slot = self.slots.take();
+        *self.slots.get_mut(slot) = Slot {
             ids: Ids::new(run_id, worker_id),
             fencing_token,
             expires_at,
@@ -199,9 +207,10 @@ impl LeaseTable {
         let hash = self.hasher.hash_one(run_id);
         let (slots, hasher) = (&self.slots, &self.hasher);
         self.by_run
-            .insert_unique(hash, slot, |&s| hasher.hash_one(slots[s as usize].run_id()));
+            .insert(hash, slot, |s| hasher.hash_one(slots.get(s).run_id()));
         self.index_token(slot);
         self.link(slot);
+        self.resize_step();
     }
 
     /// Gives the run in `slot` a new lease (a takeover), keeping the slot.
@@ -215,39 +224,36 @@ impl LeaseTable {
     ) {
         self.unindex_token(slot);
         self.unlink(slot);
-        let entry = &mut self.slots[slot as usize];
+        let entry = self.slots.get_mut(slot);
         entry.ids = Ids::new(entry.ids.split().0, worker_id);
         entry.fencing_token = fencing_token;
         entry.expires_at = expires_at;
         entry.ttl = ttl;
         self.index_token(slot);
         self.link(slot);
+        self.resize_step();
     }
 
     pub fn set_expiry(&mut self, slot: u32, expires_at: f64) {
-        let old = self.slots[slot as usize].expires_at;
+        let old = self.slots.get(slot).expires_at;
         if second_of(old) == second_of(expires_at) {
-            self.slots[slot as usize].expires_at = expires_at;
+            self.slots.get_mut(slot).expires_at = expires_at;
             return;
         }
         self.unlink(slot);
-        self.slots[slot as usize].expires_at = expires_at;
+        self.slots.get_mut(slot).expires_at = expires_at;
         self.link(slot);
     }
 
     pub fn remove(&mut self, slot: u32) {
         self.unindex_token(slot);
         self.unlink(slot);
-        let hash = self.hasher.hash_one(self.slots[slot as usize].run_id());
-        if let Ok(found) = self.by_run.find_entry(hash, |&s| s == slot) {
-            found.remove();
-        }
-        let entry = &mut self.slots[slot as usize];
-        entry.ids = Ids::empty();
-        entry.fencing_token = 0;
+        let hash = self.hasher.hash_one(self.slots.get(slot).run_id());
+        self.by_run.remove(hash, slot);
+        *self.slots.get_mut(slot) = Slot::vacant();
         self.len -= 1;
-        self.mark_free(slot);
-        self.shrink();
+        self.slots.release(slot);
+        self.resize_step();
     }
 
     /// A lease expiring in the earliest second that has any, and that
@@ -268,7 +274,7 @@ impl LeaseTable {
             }
             let mut slot = list.head;
             while slot != NIL {
-                let entry = &self.slots[slot as usize];
+                let entry = self.slots.get(slot);
                 count += usize::from(entry.expires_at <= time);
                 slot = entry.next;
             }
@@ -276,28 +282,37 @@ impl LeaseTable {
         count
     }
 
-    fn index_token(&mut self, slot: u32) {
-        let hash = self
-            .hasher
-            .hash_one(self.slots[slot as usize].fencing_token);
+    /// A step of resizing each index (see [`SlotIndex`]); every change to
+    /// the table does one, so a resize finishes within a bounded number of
+    /// changes and no single change pays for all of it.
+    fn resize_step(&mut self) {
         let (slots, hasher) = (&self.slots, &self.hasher);
-        self.by_token.insert_unique(hash, slot, |&s| {
-            hasher.hash_one(slots[s as usize].fencing_token)
+        let end = slots.end();
+        self.by_run.step(end, |s| {
+            slots.at(s as usize).map(|e| hasher.hash_one(e.run_id()))
+        });
+        self.by_token.step(end, |s| {
+            slots
+                .at(s as usize)
+                .map(|e| hasher.hash_one(e.fencing_token))
         });
     }
 
+    fn index_token(&mut self, slot: u32) {
+        let hash = self.hasher.hash_one(self.slots.get(slot).fencing_token);
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.by_token
+            .insert(hash, slot, |s| hasher.hash_one(slots.get(s).fencing_token));
+    }
+
     fn unindex_token(&mut self, slot: u32) {
-        let hash = self
-            .hasher
-            .hash_one(self.slots[slot as usize].fencing_token);
-        if let Ok(found) = self.by_token.find_entry(hash, |&s| s == slot) {
-            found.remove();
-        }
+        let hash = self.hasher.hash_one(self.slots.get(slot).fencing_token);
+        self.by_token.remove(hash, slot);
     }
 
     /// Puts `slot` at the head of its second's expiry list.
     fn link(&mut self, slot: u32) {
-        let second = second_of(self.slots[slot as usize].expires_at);
+        let second = second_of(self.slots.get(slot).expires_at);
         let list = self.expiry.entry(second).or_insert(Second {
             head: NIL,
             count: 0,
@@ -305,11 +320,11 @@ impl LeaseTable {
         let old_head = list.head;
         list.head = slot;
         list.count += 1;
-        let entry = &mut self.slots[slot as usize];
+        let entry = self.slots.get_mut(slot);
         entry.prev = NIL;
         entry.next = old_head;
         if old_head != NIL {
-            self.slots[old_head as usize].prev = slot;
+            self.slots.get_mut(old_head).prev = slot;
         }
     }
 
@@ -320,12 +335,12 @@ impl LeaseTable {
             next,
             expires_at,
             ..
-        } = self.slots[slot as usize];
+        } = *self.slots.get(slot);
         if next != NIL {
-            self.slots[next as usize].prev = prev;
+            self.slots.get_mut(next).prev = prev;
         }
         if prev != NIL {
-            self.slots[prev as usize].next = next;
+            self.slots.get_mut(prev).next = next;
         }
         let second = second_of(expires_at);
         let list = self
@@ -338,64 +353,6 @@ impl LeaseTable {
         list.count -= 1;
         if list.count == 0 {
             self.expiry.remove(&second);
-        }
-    }
-
-    /// The lowest free slot, or a new one at the end.
-    fn take_free_slot(&mut self) -> u32 {
-        while self.free_hint < self.free.len() {
-            let word = self.free[self.free_hint];
-            if word != 0 {
-                let bit = word.trailing_zeros() as usize;
-                self.free[self.free_hint] &= !(1 << bit);
-                return (self.free_hint * 64 + bit) as u32;
-            }
-            self.free_hint += 1;
-        }
-        let slot = u32::try_from(self.slots.len()).expect("fewer than 2^32 leases");
-        assert!(slot != NIL, "fewer than 2^32 - 1 leases");
-        self.slots.push(Slot {
-            ids: Ids::empty(),
-            fencing_token: 0,
-            expires_at: 0.0,
-            ttl: 0.0,
-            prev: NIL,
-            next: NIL,
-        });
-        if self.free.len() * 64 < self.slots.len() {
-            self.free.push(0);
-        }
-        slot
-    }
-
-    fn mark_free(&mut self, slot: u32) {
-        let slot = slot as usize;
-        self.free[slot / 64] |= 1 << (slot % 64);
-        self.free_hint = self.free_hint.min(slot / 64);
-    }
-
-    /// Drops free slots at the end of the arena, and gives memory back once
-    /// the table has shrunk to a quarter of what it holds room for.
-    fn shrink(&mut self) {
-        while self.slots.last().is_some_and(Slot::is_free) {
-            let slot = self.slots.len() - 1;
-            self.free[slot / 64] &= !(1 << (slot % 64));
-            self.slots.pop();
-        }
-        self.free.truncate(self.slots.len().div_ceil(64));
-        self.free_hint = self.free_hint.min(self.free.len());
-        if self.slots.capacity() > 64 && self.slots.capacity() / 4 > self.slots.len() {
-            self.slots.shrink_to(self.slots.len() * 2);
-            self.free.shrink_to(self.free.len() * 2);
-        }
-        let (slots, hasher) = (&self.slots, &self.hasher);
-        if self.by_run.capacity() > 64 && self.by_run.capacity() / 4 > self.len {
-            self.by_run.shrink_to(self.len * 2, |&s| {
-                hasher.hash_one(slots[s as usize].run_id())
-            });
-            self.by_token.shrink_to(self.len * 2, |&s| {
-                hasher.hash_one(slots[s as usize].fencing_token)
-            });
         }
     }
 }
@@ -475,5 +432,56 @@ mod tests {
         table.remove(2);
         assert_eq!(table.earliest(), None);
         assert_eq!((table.len(), table.bound()), (0, 0));
+    }
+
+    #[test]
+    fn the_indexes_resize_step_by_step_and_find_every_lease_throughout() {
+        let mut table = LeaseTable::default();
+        let mut resized = 0;
+        let mut was_resizing = false;
+        let check = |table: &LeaseTable, token: u64| {
+            let slot = table.find_token(token).expect("indexed by token");
+            let run = format!("run:{token}");
+            assert_eq!(table.find_run(run.as_bytes()), Some(slot));
+        };
+        for token in 1..=50_000u64 {
+            table.insert(format!("run:{token}").as_bytes(), b"w", token, 10.0, 1.0);
+            if table.by_run.resizing() != was_resizing {
+                was_resizing = !was_resizing;
+                resized += usize::from(!was_resizing);
+                for sample in (1..=token).step_by(97) {
+                    check(&table, sample);
+                }
+            }
+        }
+        assert!(resized >= 4, "{resized} resizes while growing");
+        let grown = table.by_run.capacity();
+        // Remove all but every 1000th, in an order that leaves holes.
+        for token in (1..=50_000u64).filter(|t| t % 1000 != 0) {
+            let slot = table.find_token(token).unwrap();
+            table.remove(slot);
+        }
+        for token in (1000..=50_000u64).step_by(1000) {
+            check(&table, token);
+            assert_eq!(
+                table.find_run(format!("run:{}", token - 1).as_bytes()),
+                None
+            );
+        }
+        // Changes drive the resizing: a few heartbeats' worth of churn.
+        for round in 0..2_000u64 {
+            let token = 100_000 + round;
+            table.insert(b"churn", b"w", token, 10.0, 1.0);
+            table.remove(table.find_token(token).unwrap());
+        }
+        assert!(
+            table.by_run.capacity() < grown / 8,
+            "{} of {grown}",
+            table.by_run.capacity()
+        );
+        assert!(table.by_token.capacity() < grown / 8);
+        for token in (1000..=50_000u64).step_by(1000) {
+            check(&table, token);
+        }
     }
 }
