@@ -15,6 +15,8 @@ SERVER_PIDS=()
 WORK=""
 # A command the servers are started under, e.g. (taskset -c 1).
 SERVER_PREFIX=()
+# Whether the servers keep their log (AOF); start_* read it.
+APPENDONLY=yes
 
 log() {
     printf '%s\n' "$*" >&2
@@ -97,7 +99,7 @@ start_leased() {
     port_in_use "$port" && die "port $port is in use"
     local dir="$WORK/leased-$port-$mode"
     mkdir -p "$dir"
-    "${SERVER_PREFIX[@]}" "$LEASED_BIN" --port "$port" --dir "$dir/data" --appendonly yes \
+    "${SERVER_PREFIX[@]}" "$LEASED_BIN" --port "$port" --dir "$dir/data" --appendonly "$APPENDONLY" \
         --appendfsync "$mode" "$@" >"$dir/leased.log" 2>&1 &
     STARTED_PID=$!
     SERVER_PIDS+=("$STARTED_PID")
@@ -112,7 +114,7 @@ start_redis() {
     local dir="$WORK/redis-$port-$mode"
     mkdir -p "$dir"
     "${SERVER_PREFIX[@]}" redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save "" \
-        --appendonly yes --appendfsync "$mode" --daemonize no \
+        --appendonly "$APPENDONLY" --appendfsync "$mode" --daemonize no \
         --logfile "$dir/redis.log" >/dev/null 2>&1 &
     STARTED_PID=$!
     SERVER_PIDS+=("$STARTED_PID")

@@ -26,9 +26,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, Value};
+use redis::{Client, Value};
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
+#[path = "support/mod.rs"]
+mod support;
+use support::{
+    Error, Sample, before_and_during, connect, field, millis, number, print_header, probe_loop,
+};
 
 struct Options {
     host: String,
@@ -73,37 +77,8 @@ fn parse_options() -> Result<Options, Error> {
     Ok(options)
 }
 
-/// A connection that waits for replies as long as it takes: the point is
-/// to measure stalls, not to time out on them.
-async fn connect(client: &Client) -> Result<MultiplexedConnection, Error> {
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(5)))
-        .set_response_timeout(None);
-    Ok(client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await?)
-}
-
 async fn persistence(con: &mut MultiplexedConnection) -> Result<HashMap<String, String>, Error> {
-    let text: String = redis::cmd("INFO")
-        .arg("persistence")
-        .query_async(con)
-        .await?;
-    Ok(text
-        .lines()
-        .filter_map(|line| line.split_once(':'))
-        .map(|(key, value)| (key.to_string(), value.trim().to_string()))
-        .collect())
-}
-
-fn field<'a>(info: &'a HashMap<String, String>, key: &str) -> Result<&'a str, Error> {
-    info.get(key)
-        .map(String::as_str)
-        .ok_or_else(|| format!("INFO persistence has no {key} (is the log on?)").into())
-}
-
-fn number(info: &HashMap<String, String>, key: &str) -> Result<i64, Error> {
-    Ok(field(info, key)?.parse()?)
+    support::info(con, "persistence").await
 }
 
 /// Waits until no rewrite is under way.
@@ -118,44 +93,20 @@ async fn wait_idle(con: &mut MultiplexedConnection) -> Result<HashMap<String, St
 }
 
 /// Acquires `count` runs named `{prefix}{i}`, `batch` per pipeline.
-async fn load(
+async fn load_runs(
     con: &mut MultiplexedConnection,
     prefix: &str,
     count: usize,
     batch: usize,
 ) -> Result<(), Error> {
-    let mut next = 0;
-    while next < count {
-        let end = (next + batch).min(count);
-        let mut pipe = redis::pipe();
-        for i in next..end {
-            pipe.cmd("LEASE.ACQUIRE")
-                .arg(format!("{prefix}{i}"))
-                .arg("w")
-                .arg("TTL")
-                .arg(86_400);
-        }
-        let replies: Vec<Value> = pipe.query_async(con).await?;
-        if let Some(refused) = replies.iter().position(|reply| matches!(reply, Value::Nil)) {
-            return Err(format!("{prefix}{} was already held", next + refused).into());
-        }
-        next = end;
-    }
-    Ok(())
-}
-
-/// When a request was sent (since the measurement began) and how long its
-/// reply took.
-#[derive(Clone, Copy)]
-struct Sample {
-    sent: Duration,
-    latency: Duration,
-}
-
-impl Sample {
-    fn done(&self) -> Duration {
-        self.sent + self.latency
-    }
+    support::load(con, count, batch, |pipe, i| {
+        pipe.cmd("LEASE.ACQUIRE")
+            .arg(format!("{prefix}{i}"))
+            .arg("w")
+            .arg("TTL")
+            .arg(86_400);
+    })
+    .await
 }
 
 /// What a client loop sends.
@@ -168,66 +119,27 @@ enum Load {
 }
 
 async fn client_loop(
-    mut con: MultiplexedConnection,
+    con: MultiplexedConnection,
     load: Load,
     epoch: Instant,
     stop: Arc<AtomicBool>,
 ) -> Result<Vec<Sample>, Error> {
-    let mut samples = Vec::with_capacity(1 << 16);
-    let mut i: u64 = 0;
-    while !stop.load(Ordering::Relaxed) {
-        let command = match &load {
-            Load::Repeat(command) => command.clone(),
-            Load::Acquire(prefix) => {
-                let mut command = redis::cmd("LEASE.ACQUIRE");
-                command.arg(format!("{prefix}{i}")).arg("w");
-                command
-            }
-        };
-        let sent = Instant::now();
-        let reply: Value = command.query_async(&mut con).await?;
-        let latency = sent.elapsed();
-        if let Value::ServerError(error) = reply {
-            return Err(format!("the server answered with an error: {error:?}").into());
+    let acquiring = matches!(load, Load::Acquire(_));
+    let command = move |i: u64| match &load {
+        Load::Repeat(command) => command.clone(),
+        Load::Acquire(prefix) => {
+            let mut command = redis::cmd("LEASE.ACQUIRE");
+            command.arg(format!("{prefix}{i}")).arg("w");
+            command
         }
-        if matches!(load, Load::Acquire(_)) && reply == Value::Nil {
+    };
+    let check = move |reply: &Value| {
+        if acquiring && *reply == Value::Nil {
             return Err("an acquire of a fresh run was refused".into());
         }
-        samples.push(Sample {
-            sent: sent - epoch,
-            latency,
-        });
-        i += 1;
-    }
-    Ok(samples)
-}
-
-fn millis(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1000.0
-}
-
-/// Nearest-rank percentile of sorted latencies.
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-/// One line of the table: the requests in a window of `span`.
-fn summary(label: &str, window: &str, span: Duration, samples: impl Iterator<Item = Sample>) {
-    let mut latencies: Vec<Duration> = samples.map(|s| s.latency).collect();
-    if latencies.is_empty() {
-        println!("{label:<22} {window:<8} {:>9}", 0);
-        return;
-    }
-    latencies.sort_unstable();
-    println!(
-        "{label:<22} {window:<8} {:>9} {:>9.0} {:>9.3} {:>9.3} {:>9.3}",
-        latencies.len(),
-        latencies.len() as f64 / span.as_secs_f64(),
-        millis(percentile(&latencies, 50.0)),
-        millis(percentile(&latencies, 99.0)),
-        millis(*latencies.last().expect("not empty")),
-    );
+        Ok(())
+    };
+    probe_loop(con, command, check, epoch, stop).await
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -239,7 +151,7 @@ async fn main() -> Result<(), Error> {
     let tag = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
     let prefix = format!("pause-{tag}-");
     let loading = Instant::now();
-    load(&mut control, &prefix, options.leases, options.batch).await?;
+    load_runs(&mut control, &prefix, options.leases, options.batch).await?;
     let loaded = loading.elapsed();
     println!(
         "loaded {} leases in {:.2} s ({:.0} acquires/s, pipelines of {})",
@@ -316,10 +228,7 @@ async fn main() -> Result<(), Error> {
         field(&before, "aof_current_size")?,
         field(&after, "aof_current_size")?
     );
-    println!(
-        "{:<22} {:<8} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "connection", "window", "requests", "req/s", "p50 ms", "p99 ms", "max ms"
-    );
+    print_header();
     // Merge the acquirers into one row.
     let mut merged: Vec<(String, Vec<Sample>)> = Vec::new();
     for (label, samples) in results {
@@ -328,25 +237,14 @@ async fn main() -> Result<(), Error> {
             None => merged.push((label, samples)),
         }
     }
-    let baseline_from = started.saturating_sub(options.baseline);
     for (label, samples) in &merged {
-        summary(
-            label,
-            "before",
-            options.baseline,
-            samples
-                .iter()
-                .copied()
-                .filter(|s| s.sent >= baseline_from && s.done() <= started),
-        );
-        summary(
+        before_and_during(
             label,
             "rewrite",
-            finished - started,
-            samples
-                .iter()
-                .copied()
-                .filter(|s| s.sent < finished && s.done() > started),
+            samples,
+            options.baseline,
+            started,
+            finished,
         );
     }
     Ok(())
