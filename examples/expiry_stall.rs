@@ -6,14 +6,16 @@
 //! e.g. 1, and `--auto-aof-rewrite-percentage 0` so that no rewrite runs
 //! meanwhile), it loads `--leases` leases (1,000,000 by default) that all
 //! expire at the same instant: each is acquired with the same explicit
-//! `now` and TTL. Two probe connections then loop, recording every
-//! latency: one sends `LEASE.GET` of a long-lived lease, answered by the
-//! core thread (which also does the reclaiming), one sends `PING`,
-//! answered by the connection alone. After a quiet baseline, one
+//! `now` and TTL. Two probe connections loop all the while, recording
+//! every latency: one sends `LEASE.GET` of a long-lived lease, answered by
+//! the core thread (which also does the reclaiming), one sends `PING`,
+//! answered by the connection alone. Their latencies while loading show
+//! what the table's growth costs. After a quiet baseline, one
 //! `LEASE.GET ... now` moves registry time past the leases' expiry plus
 //! retention, so every one of them is due for reclaiming at that moment;
 //! the program polls `INFO leases` until they are all gone and prints, per
-//! probe, the latencies before and during the reclaiming (p50, p99, max),
+//! probe, the latencies while loading, before and during the reclaiming
+//! (p50, p99, max),
 //! with `used_memory` before and after.
 //!
 //! Options: `--leases N`, `--batch N` (10000), `--ttl SECONDS` (60),
@@ -28,7 +30,9 @@ use redis::{Client, Value};
 
 #[path = "support/mod.rs"]
 mod support;
-use support::{Error, before_and_during, connect, info, millis, number, print_header, probe_loop};
+use support::{
+    Error, before_and_during, connect, info, millis, number, print_header, probe_loop, summary,
+};
 
 struct Options {
     host: String,
@@ -97,6 +101,34 @@ async fn leases(con: &mut MultiplexedConnection) -> Result<(i64, i64), Error> {
     ))
 }
 
+/// Loads the leases from a runtime of its own on its own thread: parsing
+/// 10,000 replies at a time must not hold up the probes' runtime, or the
+/// probes would measure the client.
+fn load_apart(
+    client: Client,
+    prefix: String,
+    now: u64,
+    ttl: u64,
+    leases: usize,
+    batch: usize,
+) -> Result<(), Error> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let mut con = connect(&client).await?;
+        support::load(&mut con, leases, batch, |pipe, i| {
+            pipe.cmd("LEASE.ACQUIRE")
+                .arg(format!("{prefix}{i}"))
+                .arg("w")
+                .arg(now)
+                .arg("TTL")
+                .arg(ttl);
+        })
+        .await
+    })
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Error> {
     let options = parse_options()?;
@@ -108,7 +140,6 @@ async fn main() -> Result<(), Error> {
     let prefix = format!("expiry-{start}-");
     let probe_run = format!("{prefix}probe");
     let ttl = options.ttl;
-    let loading = Instant::now();
     support::load(&mut control, 1, 1, |pipe, _| {
         pipe.cmd("LEASE.ACQUIRE")
             .arg(&probe_run)
@@ -118,29 +149,12 @@ async fn main() -> Result<(), Error> {
             .arg(10 * 365 * 86_400);
     })
     .await?;
-    support::load(&mut control, options.leases, options.batch, |pipe, i| {
-        pipe.cmd("LEASE.ACQUIRE")
-            .arg(format!("{prefix}{i}"))
-            .arg("w")
-            .arg(start)
-            .arg("TTL")
-            .arg(ttl);
-    })
-    .await?;
-    let loaded = loading.elapsed();
-    let (held, reclaimed_before) = leases(&mut control).await?;
-    let memory_before = number(&info(&mut control, "memory").await?, "used_memory")?;
-    println!(
-        "loaded {} leases expiring at {} in {:.2} s; {held} leases held, used_memory {memory_before}",
-        options.leases,
-        start + ttl,
-        loaded.as_secs_f64(),
-    );
-
     let epoch = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
+    // With the loading's `now`: the server's clock would move registry
+    // time on, and the leases loaded later would expire later.
     let mut get = redis::cmd("LEASE.GET");
-    get.arg(&probe_run);
+    get.arg(&probe_run).arg(start);
     let probes = [("LEASE.GET", get), ("PING", redis::cmd("PING"))];
     let mut tasks = Vec::new();
     for (label, command) in probes {
@@ -158,6 +172,26 @@ async fn main() -> Result<(), Error> {
         ));
         tasks.push((label, task));
     }
+
+    let load_started = epoch.elapsed();
+    let loader = {
+        let (client, prefix) = (client.clone(), prefix.clone());
+        let (leases, batch) = (options.leases, options.batch);
+        std::thread::spawn(move || load_apart(client, prefix, start, ttl, leases, batch))
+    };
+    tokio::task::spawn_blocking(move || loader.join())
+        .await?
+        .map_err(|_| "the loading thread panicked")??;
+    let load_finished = epoch.elapsed();
+    let loaded = load_finished - load_started;
+    let (held, reclaimed_before) = leases(&mut control).await?;
+    let memory_before = number(&info(&mut control, "memory").await?, "used_memory")?;
+    println!(
+        "loaded {} leases expiring at {} in {:.2} s; {held} leases held, used_memory {memory_before}",
+        options.leases,
+        start + ttl,
+        loaded.as_secs_f64(),
+    );
 
     tokio::time::sleep(options.baseline).await;
     // Past expiry plus retention, so every loaded lease is due at once.
@@ -188,6 +222,11 @@ async fn main() -> Result<(), Error> {
     print_header();
     for (label, task) in tasks {
         let samples = task.await??;
+        let load_window = samples
+            .iter()
+            .copied()
+            .filter(|s| s.sent < load_finished && s.done() > load_started);
+        summary(label, "load", loaded, load_window);
         before_and_during(
             label,
             "reclaim",

@@ -45,9 +45,13 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 const QUEUE_DEPTH: usize = 1024;
 /// The most batches applied between two rounds of replies.
 const MAX_DRAIN: usize = 512;
-/// Leases reclaimed per step between requests: a step costs well under a
-/// millisecond, so a million leases expiring at once never stall the core.
-const RECLAIM_STEP: usize = 1000;
+/// Leases reclaimed at a time within a step between requests.
+const RECLAIM_CHUNK: usize = 64;
+/// How long one reclaiming step may run before the core looks at its queue
+/// again. Bounded by time rather than count, since a lease costs more to
+/// remove while an index is being resized: however many leases expire at
+/// once, a request waits at most about this long behind the reclaiming.
+const RECLAIM_BUDGET: Duration = Duration::from_micros(500);
 /// How long the core waits for requests before it looks at a rewrite that
 /// is waiting on its writer again.
 const REWRITE_NAP: Duration = Duration::from_millis(1);
@@ -240,7 +244,15 @@ impl Core {
         if !self.registry.reclaim_due() {
             return false;
         }
-        let reclaimed = self.registry.reclaim(RECLAIM_STEP);
+        let started = Instant::now();
+        let mut reclaimed = 0;
+        loop {
+            let done = self.registry.reclaim(RECLAIM_CHUNK);
+            reclaimed += done;
+            if done < RECLAIM_CHUNK || started.elapsed() >= RECLAIM_BUDGET {
+                break;
+            }
+        }
         self.log_changes();
         if let Err(error) = self.commit() {
             // The removals stay queued in the log and are retried.

@@ -128,11 +128,15 @@ impl Slot {
     }
 }
 
-/// The head and length of one second's expiry list.
+/// The head and length of one second's expiry list, and bounds of the
+/// expiries in it: no lease in it expires before `min` or after `max`
+/// (bounds that removals leave as they were, so they stay true).
 #[derive(Clone, Copy, Debug)]
 struct Second {
     head: u32,
     count: u32,
+    min: f64,
+    max: f64,
 }
 
 /// The second an expiry falls in. Times beyond `i64` (or infinite) share
@@ -238,6 +242,12 @@ impl LeaseTable {
         let old = self.slots.get(slot).expires_at;
         if second_of(old) == second_of(expires_at) {
             self.slots.get_mut(slot).expires_at = expires_at;
+            let list = self
+                .expiry
+                .get_mut(&second_of(expires_at))
+                .expect("a linked lease's second is listed");
+            list.min = list.min.min(expires_at);
+            list.max = list.max.max(expires_at);
             return;
         }
         self.unlink(slot);
@@ -268,10 +278,14 @@ impl LeaseTable {
     pub fn count_expired(&self, time: f64) -> usize {
         let mut count = 0;
         for (&second, list) in self.expiry.range(..=second_of(time)) {
-            if (second as f64) + 1.0 <= time {
+            if (second as f64) + 1.0 <= time || list.max <= time {
                 count += list.count as usize;
                 continue;
             }
+            if time < list.min {
+                continue;
+            }
+            // The second under way: only a walk tells which have expired.
             let mut slot = list.head;
             while slot != NIL {
                 let entry = self.slots.get(slot);
@@ -312,11 +326,15 @@ impl LeaseTable {
 
     /// Puts `slot` at the head of its second's expiry list.
     fn link(&mut self, slot: u32) {
-        let second = second_of(self.slots.get(slot).expires_at);
-        let list = self.expiry.entry(second).or_insert(Second {
+        let expires_at = self.slots.get(slot).expires_at;
+        let list = self.expiry.entry(second_of(expires_at)).or_insert(Second {
             head: NIL,
             count: 0,
+            min: expires_at,
+            max: expires_at,
         });
+        list.min = list.min.min(expires_at);
+        list.max = list.max.max(expires_at);
         let old_head = list.head;
         list.head = slot;
         list.count += 1;
