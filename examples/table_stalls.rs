@@ -47,7 +47,7 @@ impl Slowest {
     fn record(&mut self, took: Duration, size: usize) {
         if self.worst.len() < Self::N || took > self.worst[Self::N - 1].0 {
             self.worst.push((took, size));
-            self.worst.sort_by(|a, b| b.0.cmp(&a.0));
+            self.worst.sort_by_key(|&(took, _)| std::cmp::Reverse(took));
             self.worst.truncate(Self::N);
         }
     }
