@@ -182,6 +182,7 @@ impl Core {
         let mut batches = Vec::with_capacity(MAX_DRAIN);
         while self.receive(&waiter, &mut queue, &mut batches) {
             self.serve(&mut batches);
+            self.free_retired();
         }
         self.finish();
     }
@@ -253,6 +254,7 @@ impl Core {
                 break;
             }
         }
+        self.free_retired();
         self.log_changes();
         if let Err(error) = self.commit() {
             // The removals stay queued in the log and are retried.
@@ -370,6 +372,19 @@ impl Core {
                     }
                 }
             }
+        }
+    }
+
+    /// Frees the index tables a resize replaced on a thread of its own:
+    /// giving tens of megabytes back to the system takes milliseconds.
+    fn free_retired(&mut self) {
+        let retired = self.registry.take_retired();
+        if !retired.is_empty() {
+            // Should the thread not start, the closure and the tables in it
+            // are dropped right here instead.
+            let _ = std::thread::Builder::new()
+                .name("leased-free".into())
+                .spawn(move || drop(retired));
         }
     }
 

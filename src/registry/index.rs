@@ -27,6 +27,19 @@ pub struct SlotIndex {
     /// `table.capacity()` while it had no tombstones.
     full: usize,
     resize: Option<Resize>,
+    /// The table a finished resize replaced, until the owner takes it.
+    retired: Option<HashTable<u32>>,
+}
+
+/// Index tables replaced by resizes. Freeing tens of megabytes takes
+/// milliseconds, so the server drops these on another thread.
+#[derive(Debug, Default)]
+pub struct Retired(Vec<HashTable<u32>>);
+
+impl Retired {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 #[derive(Debug)]
@@ -89,7 +102,8 @@ impl SlotIndex {
         resize.cursor = stop.max(resize.cursor);
         if resize.cursor >= end {
             let done = self.resize.take().expect("a resize is running");
-            self.table = done.table;
+            // An older one nobody took is simply freed here.
+            self.retired = Some(std::mem::replace(&mut self.table, done.table));
             self.full = done.full;
         }
     }
@@ -115,6 +129,11 @@ impl SlotIndex {
         } else {
             None
         }
+    }
+
+    /// Moves the table the last resize replaced, if any, into `retired`.
+    pub fn take_retired(&mut self, retired: &mut Retired) {
+        retired.0.extend(self.retired.take());
     }
 
     #[cfg(test)]

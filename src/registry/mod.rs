@@ -23,6 +23,8 @@ mod arena;
 mod index;
 mod table;
 
+pub use index::Retired;
+
 use bytes::Bytes;
 
 use table::{LeaseTable, Slot};
@@ -224,6 +226,12 @@ impl Registry {
     }
 
     /// Leases removed so far because their retention ran out.
+    /// Index tables the lease table has outgrown or shrunk out of, for the
+    /// caller to free where it likes (see [`Retired`]).
+    pub fn take_retired(&mut self) -> Retired {
+        self.leases.take_retired()
+    }
+
     pub fn reclaimed(&self) -> u64 {
         self.reclaimed
     }

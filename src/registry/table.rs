@@ -23,7 +23,7 @@ use std::hash::BuildHasher;
 use hashbrown::DefaultHashBuilder;
 
 use super::arena::{Arena, Vacancy};
-use super::index::SlotIndex;
+use super::index::{Retired, SlotIndex};
 
 /// The end of an expiry list.
 const NIL: u32 = u32::MAX;
@@ -294,6 +294,14 @@ impl LeaseTable {
             }
         }
         count
+    }
+
+    /// The index tables that resizes have replaced since the last call.
+    pub fn take_retired(&mut self) -> Retired {
+        let mut retired = Retired::default();
+        self.by_run.take_retired(&mut retired);
+        self.by_token.take_retired(&mut retired);
+        retired
     }
 
     /// A step of resizing each index (see [`SlotIndex`]); every change to
