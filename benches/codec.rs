@@ -125,7 +125,7 @@ fn encode_benches(c: &mut Criterion) {
         expires_at: 1_764_748_810.251_234_5,
     };
     let replies = [
-        ("acquire_lease", lease_reply(&lease, None)),
+        ("acquire_lease", lease_reply(lease.clone(), None)),
         ("int", Reply::Int(1)),
         ("ok", Reply::OK),
         ("null", Reply::Null),
@@ -145,7 +145,7 @@ fn encode_benches(c: &mut Criterion) {
     // Building that reply from the registry's lease (the lease id is
     // formatted here), which the core does before the connection encodes.
     group.bench_function("acquire_lease/build", |b| {
-        b.iter(|| lease_reply(black_box(&lease), None))
+        b.iter(|| lease_reply(black_box(lease.clone()), None))
     });
     group.finish();
 }

@@ -30,7 +30,7 @@ use crate::command::LeaseCommand;
 use crate::config::Config;
 use crate::info;
 use crate::registry::{Change, Lease, Registry, TokenError};
-use crate::reply::Reply;
+use crate::reply::{LeaseReply, Reply};
 use crate::server::{Shared, wall_clock};
 
 /// Tokens reserved on disk per write of the ceiling. A crash skips at most
@@ -126,7 +126,7 @@ impl CommandStats {
     fn record(&mut self, slot: usize, reply: &Reply) {
         let ok = match reply {
             Reply::Int(flag) => *flag == 1,
-            Reply::Map(_) => true,
+            Reply::Lease(_) => true,
             _ => false,
         };
         self.counts[slot][usize::from(!ok)] += 1;
@@ -332,7 +332,7 @@ impl Core {
             LeaseCommand::Release { lease_id, token } => flag(registry.release(&lease_id, token)),
             LeaseCommand::Get { run_id, now } => {
                 match registry.get(&run_id, now.unwrap_or(clock)) {
-                    Some((lease, expired)) => lease_reply(&lease, Some(expired)),
+                    Some((lease, expired)) => lease_reply(lease, Some(expired)),
                     None => Reply::Null,
                 }
             }
@@ -361,7 +361,7 @@ impl Core {
     fn acquire(&mut self, run_id: &[u8], worker_id: &[u8], now: f64, ttl: Option<f64>) -> Reply {
         loop {
             match self.registry.acquire(run_id, worker_id, now, ttl) {
-                Ok(Some(lease)) => return lease_reply(&lease, None),
+                Ok(Some(lease)) => return lease_reply(lease, None),
                 Ok(None) => return Reply::Null,
                 Err(TokenError::Exhausted) => {
                     return Reply::error("ERR every fencing token up to 2^63-1 has been issued");
@@ -573,23 +573,7 @@ fn flag(value: bool) -> Reply {
     Reply::Int(i64::from(value))
 }
 
-/// The lease map: `run_id`, `worker_id`, `lease_id`, `fencing_token`,
-/// `expires_at`, and for `LEASE.GET` also `expired`.
-pub fn lease_reply(lease: &Lease, expired: Option<bool>) -> Reply {
-    let mut fields = Vec::with_capacity(6);
-    fields.push((Reply::text("run_id"), Reply::Bulk(lease.run_id.clone())));
-    fields.push((
-        Reply::text("worker_id"),
-        Reply::Bulk(lease.worker_id.clone()),
-    ));
-    fields.push((Reply::text("lease_id"), Reply::bulk(lease.lease_id())));
-    fields.push((
-        Reply::text("fencing_token"),
-        Reply::Int(lease.fencing_token as i64),
-    ));
-    fields.push((Reply::text("expires_at"), Reply::Double(lease.expires_at)));
-    if let Some(expired) = expired {
-        fields.push((Reply::text("expired"), flag(expired)));
-    }
-    Reply::Map(fields)
+/// The lease map (see [`Reply::lease_map`]), encoded only when it is sent.
+pub fn lease_reply(lease: Lease, expired: Option<bool>) -> Reply {
+    Reply::Lease(Box::new(LeaseReply { lease, expired }))
 }

@@ -14,6 +14,8 @@ use redis_protocol::resp3::types::{
     BytesFrame as Resp3Frame, FrameMap, FrameSet, VerbatimStringFormat,
 };
 
+use crate::registry::Lease;
+
 /// The protocol a connection speaks; `HELLO` switches it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Protocol {
@@ -51,6 +53,17 @@ pub enum Reply {
     Set(Vec<Reply>),
     /// Text such as INFO's: a verbatim `txt` string in RESP3, bulk in RESP2.
     Verbatim(Bytes),
+    /// A lease as the lease commands answer with it, kept as its fields
+    /// until it is encoded: the core thread, which every request goes
+    /// through, then does not build the map (see [`Reply::lease_map`]).
+    Lease(Box<LeaseReply>),
+}
+
+/// The lease map's contents: `expired` is only in `LEASE.GET`'s.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LeaseReply {
+    pub lease: Lease,
+    pub expired: Option<bool>,
 }
 
 impl Reply {
@@ -79,8 +92,33 @@ impl Reply {
         matches!(self, Reply::Error(_))
     }
 
+    /// The map of a lease reply: `run_id`, `worker_id`, `lease_id`,
+    /// `fencing_token`, `expires_at`, and `expired` when there is one.
+    pub fn lease_map(lease: &Lease, expired: Option<bool>) -> Reply {
+        let mut fields = Vec::with_capacity(6);
+        fields.push((Reply::text("run_id"), Reply::Bulk(lease.run_id.clone())));
+        fields.push((
+            Reply::text("worker_id"),
+            Reply::Bulk(lease.worker_id.clone()),
+        ));
+        fields.push((Reply::text("lease_id"), Reply::bulk(lease.lease_id())));
+        fields.push((
+            Reply::text("fencing_token"),
+            Reply::Int(lease.fencing_token as i64),
+        ));
+        fields.push((Reply::text("expires_at"), Reply::Double(lease.expires_at)));
+        if let Some(expired) = expired {
+            fields.push((Reply::text("expired"), Reply::Int(i64::from(expired))));
+        }
+        Reply::Map(fields)
+    }
+
     /// Appends the encoding of this reply for `protocol` to `out`.
     pub fn encode(&self, protocol: Protocol, out: &mut BytesMut) {
+        if let (Reply::Lease(lease), Protocol::Resp2) = (self, protocol) {
+            encode_lease_resp2(lease, out);
+            return;
+        }
         // Encoding into a growable buffer fails only on frames we never
         // build (e.g. a RESP3 double that is NaN), so a failure is a bug.
         let result = match protocol {
@@ -113,6 +151,7 @@ impl Reply {
                     .flat_map(|(k, v)| [k.to_resp2(), v.to_resp2()])
                     .collect(),
             ),
+            Reply::Lease(lease) => Reply::lease_map(&lease.lease, lease.expired).to_resp2(),
         }
     }
 
@@ -166,7 +205,43 @@ impl Reply {
                     attributes: None,
                 }
             }
+            Reply::Lease(lease) => Reply::lease_map(&lease.lease, lease.expired).to_resp3(),
         }
+    }
+}
+
+/// The lease map in RESP2, the commonest reply there is: a flat array of
+/// ten (or twelve) frames borrowed from the lease, with no frame tree to
+/// build and free.
+fn encode_lease_resp2(reply: &LeaseReply, out: &mut BytesMut) {
+    use redis_protocol::resp2::types::BorrowedFrame as Frame;
+    let lease = &reply.lease;
+    let lease_id = lease.lease_id();
+    let expires_at = format_double(lease.expires_at);
+    let mut frames = [
+        Frame::BulkString(b"run_id"),
+        Frame::BulkString(&lease.run_id),
+        Frame::BulkString(b"worker_id"),
+        Frame::BulkString(&lease.worker_id),
+        Frame::BulkString(b"lease_id"),
+        Frame::BulkString(&lease_id),
+        Frame::BulkString(b"fencing_token"),
+        Frame::Integer(lease.fencing_token as i64),
+        Frame::BulkString(b"expires_at"),
+        Frame::BulkString(expires_at.as_bytes()),
+        Frame::BulkString(b"expired"),
+        Frame::Null,
+    ];
+    let len = match reply.expired {
+        Some(expired) => {
+            frames[11] = Frame::Integer(i64::from(expired));
+            12
+        }
+        None => 10,
+    };
+    let array = Frame::Array(&frames[..len]);
+    if let Err(error) = redis_protocol::resp2::encode::extend_encode_borrowed(out, &array, false) {
+        panic!("reply could not be encoded: {error:?}");
     }
 }
 
@@ -240,5 +315,38 @@ mod tests {
     fn errors_never_carry_line_breaks() {
         let reply = Reply::error("ERR bad\r\nthing");
         assert_eq!(encoded(&reply, Protocol::Resp2), "-ERR bad  thing\r\n");
+    }
+
+    #[test]
+    fn a_lease_reply_encodes_as_its_map_in_both_protocols() {
+        let lease = Lease {
+            run_id: Bytes::from_static(b"run:1"),
+            worker_id: Bytes::from_static(b"w"),
+            fencing_token: 42,
+            expires_at: 1700000010.5,
+        };
+        for expired in [None, Some(false), Some(true)] {
+            let reply = Reply::Lease(Box::new(LeaseReply {
+                lease: lease.clone(),
+                expired,
+            }));
+            let map = Reply::lease_map(&lease, expired);
+            for protocol in [Protocol::Resp2, Protocol::Resp3] {
+                assert_eq!(encoded(&reply, protocol), encoded(&map, protocol));
+            }
+        }
+        let resp2 = encoded(
+            &Reply::Lease(Box::new(LeaseReply {
+                lease,
+                expired: None,
+            })),
+            Protocol::Resp2,
+        );
+        assert_eq!(
+            resp2,
+            "*10\r\n$6\r\nrun_id\r\n$5\r\nrun:1\r\n$9\r\nworker_id\r\n$1\r\nw\r\n\
+              $8\r\nlease_id\r\n$10\r\nrun:1:w:42\r\n$13\r\nfencing_token\r\n:42\r\n\
+              $10\r\nexpires_at\r\n$12\r\n1700000010.5\r\n"
+        );
     }
 }
