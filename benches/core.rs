@@ -195,6 +195,28 @@ fn in_chunks(
 
 fn nothing(_: &mut Fixture, _: &Input) {}
 
+/// Prepares the next live lease, as its holder would present it.
+fn next_held(fixture: &mut Fixture, _: usize, input: &mut Input) {
+    let i = fixture.next_lease();
+    fixture.held(i, input);
+}
+
+/// One bench of the registry group, timed by [`in_chunks`], building the
+/// shared fixture on first use.
+fn chunked(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    fixture: &mut Option<Fixture>,
+    name: &str,
+    mut prepare: impl FnMut(&mut Fixture, usize, &mut Input),
+    mut op: impl FnMut(&mut Fixture, &Input),
+    mut undo: impl FnMut(&mut Fixture, &Input),
+) {
+    group.bench_function(name, |b| {
+        let fixture = fixture.get_or_insert_with(Fixture::new);
+        b.iter_custom(|iters| in_chunks(fixture, iters, &mut prepare, &mut op, &mut undo))
+    });
+}
+
 fn registry_benches(c: &mut Criterion) {
     let mut group = c.benchmark_group("registry_1m");
     group
@@ -208,233 +230,192 @@ fn registry_benches(c: &mut Criterion) {
     // A run that has no lease: a new one is inserted and a token issued.
     // The chunk's runs are released again, untimed, after the chunk, so the
     // table holds between 1,000,000 and 1,001,000 leases.
-    group.bench_function("acquire/new_run", |b| {
-        let fixture = fixture.get_or_insert_with(Fixture::new);
-        b.iter_custom(|iters| {
-            in_chunks(
-                fixture,
-                iters,
-                |f, k, input| {
-                    // Ids of the same shape, never held at the same time
-                    // as the million (`run:1000000` ..).
-                    let n = LEASES + f.fresh % LEASES;
-                    f.fresh += 1;
-                    run_id(n, &mut input.run_id);
-                    worker_id(n, &mut input.worker_id);
-                    input.token = f.registry.last_token() + 1 + k as u64;
-                    lease_id(
-                        &input.run_id,
-                        &input.worker_id,
-                        input.token,
-                        &mut input.lease_id,
-                    );
-                },
-                |f, input| {
-                    let now = f.tick();
-                    let lease = f
-                        .registry
-                        .acquire(&input.run_id, &input.worker_id, now, None);
-                    assert!(matches!(&lease, Ok(Some(l)) if l.fencing_token == input.token));
-                    black_box(lease).ok();
-                    drain(&mut f.registry);
-                },
-                |f, input| {
-                    assert!(f.registry.release(&input.lease_id, input.token));
-                    drain(&mut f.registry);
-                },
-            )
-        })
-    });
+    chunked(
+        &mut group,
+        &mut fixture,
+        "acquire/new_run",
+        |f, k, input| {
+            // Ids of the same shape, never held at the same time
+            // as the million (`run:1000000` ..).
+            let n = LEASES + f.fresh % LEASES;
+            f.fresh += 1;
+            run_id(n, &mut input.run_id);
+            worker_id(n, &mut input.worker_id);
+            input.token = f.registry.last_token() + 1 + k as u64;
+            lease_id(
+                &input.run_id,
+                &input.worker_id,
+                input.token,
+                &mut input.lease_id,
+            );
+        },
+        |f, input| {
+            let now = f.tick();
+            let lease = f
+                .registry
+                .acquire(&input.run_id, &input.worker_id, now, None);
+            assert!(matches!(&lease, Ok(Some(l)) if l.fencing_token == input.token));
+            black_box(lease).ok();
+            drain(&mut f.registry);
+        },
+        |f, input| {
+            assert!(f.registry.release(&input.lease_id, input.token));
+            drain(&mut f.registry);
+        },
+    );
 
     // A run held by another worker: the acquire fails, nothing changes.
-    group.bench_function("acquire/held_run", |b| {
-        let fixture = fixture.get_or_insert_with(Fixture::new);
-        b.iter_custom(|iters| {
-            in_chunks(
-                fixture,
-                iters,
-                |f, _, input| {
-                    let i = f.next_lease();
-                    run_id(i, &mut input.run_id);
-                    worker_id(i + 1, &mut input.worker_id);
-                },
-                |f, input| {
-                    let now = f.tick();
-                    let lease = f
-                        .registry
-                        .acquire(&input.run_id, &input.worker_id, now, None);
-                    assert!(matches!(lease, Ok(None)));
-                    drain(&mut f.registry);
-                },
-                nothing,
-            )
-        })
-    });
+    chunked(
+        &mut group,
+        &mut fixture,
+        "acquire/held_run",
+        |f, _, input| {
+            let i = f.next_lease();
+            run_id(i, &mut input.run_id);
+            worker_id(i + 1, &mut input.worker_id);
+        },
+        |f, input| {
+            let now = f.tick();
+            let lease = f
+                .registry
+                .acquire(&input.run_id, &input.worker_id, now, None);
+            assert!(matches!(lease, Ok(None)));
+            drain(&mut f.registry);
+        },
+        nothing,
+    );
 
     // A live lease's heartbeat: found by token, id compared, expiry moved
     // to a later second of the expiry index, an `Extend` recorded.
-    group.bench_function("heartbeat/live", |b| {
-        let fixture = fixture.get_or_insert_with(Fixture::new);
-        b.iter_custom(|iters| {
-            in_chunks(
-                fixture,
-                iters,
-                |f, _, input| {
-                    let i = f.next_lease();
-                    f.held(i, input);
-                },
-                |f, input| {
-                    let now = f.tick();
-                    assert!(f.registry.heartbeat(&input.lease_id, input.token, now));
-                    drain(&mut f.registry);
-                },
-                nothing,
-            )
-        })
-    });
+    chunked(
+        &mut group,
+        &mut fixture,
+        "heartbeat/live",
+        next_held,
+        |f, input| {
+            let now = f.tick();
+            assert!(f.registry.heartbeat(&input.lease_id, input.token, now));
+            drain(&mut f.registry);
+        },
+        nothing,
+    );
 
     // The holder's validate: found by run, token and id compared.
-    group.bench_function("validate/live", |b| {
-        let fixture = fixture.get_or_insert_with(Fixture::new);
-        b.iter_custom(|iters| {
-            in_chunks(
-                fixture,
-                iters,
-                |f, _, input| {
-                    let i = f.next_lease();
-                    f.held(i, input);
-                },
-                |f, input| {
-                    let now = f.tick();
-                    assert!(
-                        f.registry
-                            .validate(&input.run_id, &input.lease_id, input.token, now)
-                    );
-                    drain(&mut f.registry);
-                },
-                nothing,
-            )
-        })
-    });
+    chunked(
+        &mut group,
+        &mut fixture,
+        "validate/live",
+        next_held,
+        |f, input| {
+            let now = f.tick();
+            assert!(
+                f.registry
+                    .validate(&input.run_id, &input.lease_id, input.token, now)
+            );
+            drain(&mut f.registry);
+        },
+        nothing,
+    );
 
     // A stale holder's validate: the run is found, its token differs.
-    group.bench_function("validate/stale_token", |b| {
-        let fixture = fixture.get_or_insert_with(Fixture::new);
-        b.iter_custom(|iters| {
-            in_chunks(
-                fixture,
-                iters,
-                |f, _, input| {
-                    let i = f.next_lease();
-                    f.held(i, input);
-                    input.token -= 1;
-                    lease_id(
-                        &input.run_id,
-                        &input.worker_id,
-                        input.token,
-                        &mut input.lease_id,
-                    );
-                },
-                |f, input| {
-                    let now = f.tick();
-                    assert!(
-                        !f.registry
-                            .validate(&input.run_id, &input.lease_id, input.token, now)
-                    );
-                    drain(&mut f.registry);
-                },
-                nothing,
-            )
-        })
-    });
+    chunked(
+        &mut group,
+        &mut fixture,
+        "validate/stale_token",
+        |f, _, input| {
+            let i = f.next_lease();
+            f.held(i, input);
+            input.token -= 1;
+            lease_id(
+                &input.run_id,
+                &input.worker_id,
+                input.token,
+                &mut input.lease_id,
+            );
+        },
+        |f, input| {
+            let now = f.tick();
+            assert!(
+                !f.registry
+                    .validate(&input.run_id, &input.lease_id, input.token, now)
+            );
+            drain(&mut f.registry);
+        },
+        nothing,
+    );
 
     // A run the registry has never seen: a miss in the run index.
-    group.bench_function("validate/unknown_run", |b| {
-        let fixture = fixture.get_or_insert_with(Fixture::new);
-        b.iter_custom(|iters| {
-            in_chunks(
-                fixture,
-                iters,
-                |f, _, input| {
-                    let i = f.next_lease();
-                    // `run:2000000` .. : never acquired by any bench.
-                    run_id(2 * LEASES + i, &mut input.run_id);
-                    worker_id(i, &mut input.worker_id);
-                    input.token = f.tokens[i];
-                    lease_id(
-                        &input.run_id,
-                        &input.worker_id,
-                        input.token,
-                        &mut input.lease_id,
-                    );
-                },
-                |f, input| {
-                    let now = f.tick();
-                    assert!(
-                        !f.registry
-                            .validate(&input.run_id, &input.lease_id, input.token, now)
-                    );
-                    drain(&mut f.registry);
-                },
-                nothing,
-            )
-        })
-    });
+    chunked(
+        &mut group,
+        &mut fixture,
+        "validate/unknown_run",
+        |f, _, input| {
+            let i = f.next_lease();
+            // `run:2000000` .. : never acquired by any bench.
+            run_id(2 * LEASES + i, &mut input.run_id);
+            worker_id(i, &mut input.worker_id);
+            input.token = f.tokens[i];
+            lease_id(
+                &input.run_id,
+                &input.worker_id,
+                input.token,
+                &mut input.lease_id,
+            );
+        },
+        |f, input| {
+            let now = f.tick();
+            assert!(
+                !f.registry
+                    .validate(&input.run_id, &input.lease_id, input.token, now)
+            );
+            drain(&mut f.registry);
+        },
+        nothing,
+    );
 
     // A live lease released by its holder: found by token, id compared,
     // removed from all three indexes, a `Remove` recorded. After the chunk
     // the runs are acquired again, untimed, by the same workers (with new
     // tokens), so the table holds between 999,000 and 1,000,000 leases.
-    group.bench_function("release/live", |b| {
-        let fixture = fixture.get_or_insert_with(Fixture::new);
-        b.iter_custom(|iters| {
-            in_chunks(
-                fixture,
-                iters,
-                |f, _, input| {
-                    let i = f.next_lease();
-                    f.held(i, input);
-                },
-                |f, input| {
-                    assert!(f.registry.release(&input.lease_id, input.token));
-                    drain(&mut f.registry);
-                },
-                |f, input| {
-                    let now = f.tick();
-                    let lease = f
-                        .registry
-                        .acquire(&input.run_id, &input.worker_id, now, None)
-                        .expect("tokens up to MAX_TOKEN")
-                        .expect("a released run is free");
-                    f.tokens[input.index] = lease.fencing_token;
-                    drain(&mut f.registry);
-                },
-            )
-        })
-    });
+    chunked(
+        &mut group,
+        &mut fixture,
+        "release/live",
+        next_held,
+        |f, input| {
+            assert!(f.registry.release(&input.lease_id, input.token));
+            drain(&mut f.registry);
+        },
+        |f, input| {
+            let now = f.tick();
+            let lease = f
+                .registry
+                .acquire(&input.run_id, &input.worker_id, now, None)
+                .expect("tokens up to MAX_TOKEN")
+                .expect("a released run is free");
+            f.tokens[input.index] = lease.fencing_token;
+            drain(&mut f.registry);
+        },
+    );
 
     // A run's lease read back: found by run, both ids copied out.
-    group.bench_function("get/live", |b| {
-        let fixture = fixture.get_or_insert_with(Fixture::new);
-        b.iter_custom(|iters| {
-            in_chunks(
-                fixture,
-                iters,
-                |f, _, input| {
-                    let i = f.next_lease();
-                    run_id(i, &mut input.run_id);
-                },
-                |f, input| {
-                    let now = f.tick();
-                    let got = f.registry.get(&input.run_id, now);
-                    assert!(matches!(got, Some((_, false))));
-                    black_box(got);
-                    drain(&mut f.registry);
-                },
-                nothing,
-            )
-        })
-    });
+    chunked(
+        &mut group,
+        &mut fixture,
+        "get/live",
+        |f, _, input| {
+            let i = f.next_lease();
+            run_id(i, &mut input.run_id);
+        },
+        |f, input| {
+            let now = f.tick();
+            let got = f.registry.get(&input.run_id, now);
+            assert!(matches!(got, Some((_, false))));
+            black_box(got);
+            drain(&mut f.registry);
+        },
+        nothing,
+    );
 
     group.finish();
     if let Some(fixture) = &fixture {

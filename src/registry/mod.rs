@@ -225,13 +225,13 @@ impl Registry {
         self.leases.count_expired(self.time)
     }
 
-    /// Leases removed so far because their retention ran out.
     /// Index tables the lease table has outgrown or shrunk out of, for the
     /// caller to free where it likes (see [`Retired`]).
     pub fn take_retired(&mut self) -> Retired {
         self.leases.take_retired()
     }
 
+    /// Leases removed so far because their retention ran out.
     pub fn reclaimed(&self) -> u64 {
         self.reclaimed
     }

@@ -139,6 +139,14 @@ struct Second {
     max: f64,
 }
 
+impl Second {
+    /// Makes the bounds take in `expires_at`.
+    fn widen(&mut self, expires_at: f64) {
+        self.min = self.min.min(expires_at);
+        self.max = self.max.max(expires_at);
+    }
+}
+
 /// The second an expiry falls in. Times beyond `i64` (or infinite) share
 /// the last one, which is only ever reached by time itself being there.
 fn second_of(expires_at: f64) -> i64 {
@@ -242,12 +250,10 @@ impl LeaseTable {
         let old = self.slots.get(slot).expires_at;
         if second_of(old) == second_of(expires_at) {
             self.slots.get_mut(slot).expires_at = expires_at;
-            let list = self
-                .expiry
+            self.expiry
                 .get_mut(&second_of(expires_at))
-                .expect("a linked lease's second is listed");
-            list.min = list.min.min(expires_at);
-            list.max = list.max.max(expires_at);
+                .expect("a linked lease's second is listed")
+                .widen(expires_at);
             return;
         }
         self.unlink(slot);
@@ -341,8 +347,7 @@ impl LeaseTable {
             min: expires_at,
             max: expires_at,
         });
-        list.min = list.min.min(expires_at);
-        list.max = list.max.max(expires_at);
+        list.widen(expires_at);
         let old_head = list.head;
         list.head = slot;
         list.count += 1;
