@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Benchmarks leased against Redis running the same registry in Lua
-# (bench/lease.lua), with redis-benchmark, for each appendfsync mode.
+# (bench/lease.lua), with redis-benchmark and examples/lease_load.rs, for
+# each appendfsync mode.
 #
 #   bench/compare.sh [options]
 #
 #   --modes LIST        appendfsync modes, comma-separated (always,everysec,no)
-#   --pipelines LIST    redis-benchmark -P values (1,16)
+#   --pipelines LIST    -P values, pipeline depths (1,16)
 #   --rows LIST         rows to run, comma-separated, from:
 #                         acquire        LEASE.ACQUIRE run:__rand_int__ w, on both
 #                         set-nx         SET lease:__rand_int__ w NX PX 10000, Redis
@@ -15,15 +16,26 @@
 #                         validate       LEASE.VALIDATE of one live lease, on both
 #                         validate-miss  LEASE.VALIDATE of random runs (no such
 #                                        lease), on both
-#                       (default: acquire,set-nx,ping,heartbeat,validate,validate-miss)
+#                         heartbeat-many LEASE.HEARTBEAT of many different live
+#                                        leases, on both (lease_load)
+#                         validate-many  LEASE.VALIDATE of many different live
+#                                        leases, on both (lease_load)
+#                         release        LEASE.RELEASE that succeeds, each of -n
+#                                        leases once, on both (lease_load)
+#                       (default: all of them, in this order)
+#   --leases N          leases the heartbeat-many and validate-many rows spread
+#                       their requests over (default -n: every request has a
+#                       lease of its own)
 #   -n N                requests per row and run (100000)
 #   -c N                parallel connections (50)
 #   --repeat R          run every row R times, alternating leased and Redis,
 #                       and report the run with the median ops/s (1)
 #   --quick             -n 20000 and rows acquire,set-nx,ping
-#   --pin               servers on CPU 1, redis-benchmark on CPU 0 (taskset)
+#   --pin               servers on CPU 1, redis-benchmark and lease_load on
+#                       CPU 0 (taskset)
 #   --leased-port P     (16479)   --redis-port P   (16379)
-#   --no-build          use target/release/leased as it is
+#   --no-build          use target/release/leased and
+#                       target/release/examples/lease_load as they are
 #   --raw FILE          also write every single run as CSV to FILE
 #
 # Each mode gets a fresh leased and a fresh redis-server, both with their
@@ -31,13 +43,25 @@
 # run leased first and Redis right after, so both see the same machine
 # state. Prints a Markdown table: ops/s, p50 and p99 latency in ms as
 # redis-benchmark reports them, and leased's ops/s over Redis's.
+#
+# redis-benchmark cannot send a lease id together with its own token, so
+# the heartbeat-many, validate-many and release rows are run by
+# examples/lease_load.rs (built by this script) with the same -n, -c and
+# -P. For each run it first acquires its leases (untimed; runs with a
+# prefix of their own, TTL 1e9), then sends request i for lease i mod N in
+# pipelines of -P, checks that every reply is 1 and fails otherwise, and
+# prints redis-benchmark's CSV. Its ops/s count the timed phase only; its
+# latencies are of whole pipelines (write P commands, read P replies).
+# heartbeat-many and validate-many release their leases afterwards
+# (untimed), so repeated runs do not pile leases up on the servers.
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 MODES=always,everysec,no
 PIPELINES=1,16
-ROWS=acquire,set-nx,ping,heartbeat,validate,validate-miss
+ROWS=acquire,set-nx,ping,heartbeat,validate,validate-miss,heartbeat-many,validate-many,release
+LEASES=""
 REQUESTS=100000
 CLIENTS=50
 REPEAT=1
@@ -59,6 +83,7 @@ while (($#)); do
     --rows) ROWS=$2; shift 2 ;;
     -n) REQUESTS=$2; shift 2 ;;
     -c) CLIENTS=$2; shift 2 ;;
+    --leases) LEASES=$2; shift 2 ;;
     --repeat) REPEAT=$2; shift 2 ;;
     --quick) REQUESTS=20000; ROWS=acquire,set-nx,ping; shift ;;
     --pin) PIN=1; shift ;;
@@ -77,11 +102,17 @@ IFS=, read -ra ROW_LIST <<<"$ROWS"
 for mode in "${MODE_LIST[@]}"; do
     [[ $mode =~ ^(always|everysec|no)$ ]] || die "unknown appendfsync mode $mode"
 done
+LOAD_ROWS=0
 for row in "${ROW_LIST[@]}"; do
-    [[ $row =~ ^(acquire|set-nx|ping|heartbeat|validate|validate-miss)$ ]] || die "unknown row $row"
+    [[ $row =~ ^(acquire|set-nx|ping|heartbeat|validate|validate-miss|heartbeat-many|validate-many|release)$ ]] ||
+        die "unknown row $row"
+    if [[ $row =~ ^(heartbeat-many|validate-many|release)$ ]]; then
+        LOAD_ROWS=1
+    fi
 done
-[[ $REQUESTS =~ ^[1-9][0-9]*$ && $CLIENTS =~ ^[1-9][0-9]*$ && $REPEAT =~ ^[1-9][0-9]*$ ]] ||
-    die "-n, -c and --repeat take positive integers"
+[[ -n $LEASES ]] || LEASES=$REQUESTS
+[[ $REQUESTS =~ ^[1-9][0-9]*$ && $CLIENTS =~ ^[1-9][0-9]*$ && $REPEAT =~ ^[1-9][0-9]*$ &&
+    $LEASES =~ ^[1-9][0-9]*$ ]] || die "-n, -c, --repeat and --leases take positive integers"
 
 SERVER_CPU=()
 BENCH_CPU=()
@@ -92,27 +123,56 @@ if ((PIN)); then
     BENCH_CPU=(taskset -c 0)
 fi
 
+LEASE_LOAD_BIN="$ROOT/target/release/examples/lease_load"
+
 ensure_redis
-((BUILD)) && build_leased
+if ((BUILD)); then
+    build_leased
+    if ((LOAD_ROWS)); then
+        log "building examples/lease_load (release)"
+        (cd "$ROOT" && cargo build --release --quiet --example lease_load)
+    fi
+fi
 [[ -x $LEASED_BIN ]] || die "$LEASED_BIN missing (run without --no-build)"
+((LOAD_ROWS == 0)) || [[ -x $LEASE_LOAD_BIN ]] ||
+    die "$LEASE_LOAD_BIN missing (run without --no-build)"
 bench_init
 RESULTS="$WORK/results.csv"
 RUNS="$WORK/runs.csv"
 : >"$RESULTS"
 : >"$RUNS"
 
-# One redis-benchmark run against port $1 with pipeline $2 and the command
-# in the remaining arguments; prints "ops/s p50 p99".
-bench_once() {
-    local port=$1 pipeline=$2 out line
-    shift 2
-    out=$("${BENCH_CPU[@]}" redis-benchmark -p "$port" -n "$REQUESTS" -c "$CLIENTS" \
-        -P "$pipeline" -r "$KEYSPACE" --csv "$@" 2>&1) || die "redis-benchmark failed: $out"
-    line=$(printf '%s\n' "$out" | tail -n 1)
+# Prints "ops/s p50 p99" from the last line of $2, the --csv output of
+# redis-benchmark or lease_load ($1 names which, for errors).
+csv_result() {
+    local line
+    line=$(printf '%s\n' "$2" | tail -n 1)
     # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms",
     # "p95_latency_ms","p99_latency_ms","max_latency_ms"
     awk -F'","' 'NF == 8 && $2 + 0 > 0 { print $2, $5, $7; ok = 1 } END { exit !ok }' \
-        <<<"$line" || die "cannot read redis-benchmark's output: $out"
+        <<<"$line" || die "cannot read $1's output: $2"
+}
+
+# One redis-benchmark run against port $1 with pipeline $2 and the command
+# in the remaining arguments; prints "ops/s p50 p99".
+bench_once() {
+    local port=$1 pipeline=$2 out
+    shift 2
+    out=$("${BENCH_CPU[@]}" redis-benchmark -p "$port" -n "$REQUESTS" -c "$CLIENTS" \
+        -P "$pipeline" -r "$KEYSPACE" --csv "$@" 2>&1) || die "redis-benchmark failed: $out"
+    csv_result redis-benchmark "$out"
+}
+
+# One lease_load run against port $1 with pipeline $2 and its --target,
+# --op and --leases options in the remaining arguments; prints
+# "ops/s p50 p99". Fails if any reply was not a success.
+load_once() {
+    local port=$1 pipeline=$2 out
+    shift 2
+    out=$("${BENCH_CPU[@]}" "$LEASE_LOAD_BIN" --port "$port" -n "$REQUESTS" -c "$CLIENTS" \
+        -P "$pipeline" "$@" 2>"$WORK/lease_load.err") ||
+        die "lease_load failed: $(cat "$WORK/lease_load.err") $out"
+    csv_result lease_load "$out"
 }
 
 # The run with the median ops/s among the "ops/s p50 p99" lines on stdin.
@@ -121,18 +181,19 @@ median_run() {
 }
 
 # measure MODE PIPELINE ROW: runs L_CMD on leased and R_CMD on Redis (either
-# may be empty), alternating, and appends the result to $RESULTS.
+# may be empty) with $RUNNER (bench_once or load_once), alternating, and
+# appends the result to $RESULTS.
 measure() {
     local mode=$1 pipeline=$2 row=$3 i ours theirs
     local ours_runs="" theirs_runs=""
     for ((i = 0; i < REPEAT; i++)); do
         if ((${#L_CMD[@]})); then
-            ours=$(bench_once "$LEASED_PORT" "$pipeline" "${L_CMD[@]}")
+            ours=$("$RUNNER" "$LEASED_PORT" "$pipeline" "${L_CMD[@]}")
             ours_runs+="$ours"$'\n'
             printf '%s,%s,%s,%s,leased,%s\n' "$mode" "$pipeline" "$row" "$i" "${ours// /,}" >>"$RUNS"
         fi
         if ((${#R_CMD[@]})); then
-            theirs=$(bench_once "$REDIS_PORT" "$pipeline" "${R_CMD[@]}")
+            theirs=$("$RUNNER" "$REDIS_PORT" "$pipeline" "${R_CMD[@]}")
             theirs_runs+="$theirs"$'\n'
             printf '%s,%s,%s,%s,redis,%s\n' "$mode" "$pipeline" "$row" "$i" "${theirs// /,}" >>"$RUNS"
         fi
@@ -171,6 +232,7 @@ run_row() {
     local mode=$1 pipeline=$2 row=$3
     L_CMD=()
     R_CMD=()
+    RUNNER=bench_once
     case $row in
     acquire)
         L_CMD=(LEASE.ACQUIRE 'run:__rand_int__' w)
@@ -199,6 +261,13 @@ run_row() {
     validate-miss)
         L_CMD=(LEASE.VALIDATE 'run:__rand_int__' 'run:__rand_int__:w:1' 1)
         R_CMD=(EVALSHA "$SHA" 0 VALIDATE 'run:__rand_int__' 'run:__rand_int__:w:1' 1)
+        ;;
+    heartbeat-many | validate-many | release)
+        RUNNER=load_once
+        local op=${row%-many} leases=$LEASES
+        [[ $row == release ]] && leases=$REQUESTS
+        L_CMD=(--target leased --op "$op" --leases "$leases")
+        R_CMD=(--target lua --sha "$SHA" --op "$op" --leases "$leases")
         ;;
     esac
     measure "$mode" "$pipeline" "$row"
@@ -240,11 +309,15 @@ command_of() {
     heartbeat) printf 'LEASE.HEARTBEAT (one live lease)' ;;
     validate) printf 'LEASE.VALIDATE (one live lease)' ;;
     validate-miss) printf 'LEASE.VALIDATE (random runs, miss)' ;;
+    heartbeat-many) printf 'LEASE.HEARTBEAT (%s live leases)' "$LEASES" ;;
+    validate-many) printf 'LEASE.VALIDATE (%s live leases)' "$LEASES" ;;
+    release) printf 'LEASE.RELEASE (each lease once)' ;;
     esac
 }
 
-printf '\n%s requests per row, %s connections, -r %s, redis-benchmark %s%s\n\n' \
+printf '\n%s requests per row, %s connections, -r %s, redis-benchmark %s%s%s\n\n' \
     "$REQUESTS" "$CLIENTS" "$KEYSPACE" "$(redis-benchmark --version | awk '{ print $2 }')" \
+    "$( ((LOAD_ROWS)) && printf '; the -many and release rows by examples/lease_load')" \
     "$( ((REPEAT > 1)) && printf ', median of %s runs' "$REPEAT")"
 printf '| appendfsync | -P | command | leased ops/s | p50 ms | p99 ms | Redis+Lua ops/s | p50 ms | p99 ms | leased/Redis |\n'
 printf '|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n'
