@@ -85,6 +85,9 @@ pub struct Config {
     pub auto_aof_rewrite_min_size: u64,
     /// Start with the good records before a corrupt one instead of refusing.
     pub aof_load_good_prefix: bool,
+    /// Threads serving connections: 1 runs everything on one thread (the
+    /// fastest on small machines), more a multi-thread runtime.
+    pub io_threads: usize,
     /// The configuration file read at start-up, if any.
     pub config_file: Option<PathBuf>,
 }
@@ -271,6 +274,15 @@ static DIRECTIVES: &[Directive] = &[
         },
         show: |c| yes_no(c.aof_load_good_prefix),
     },
+    Directive {
+        name: "io-threads",
+        default: &["1"],
+        value_name: "N",
+        help: "Threads serving connections and the core (1 to 128); 1 runs everything on one thread",
+        arity: Arity::One,
+        set: set_io_threads,
+        show: |c| c.io_threads.to_string(),
+    },
 ];
 
 /// Settings that Redis tools query (redis-benchmark asks for `save` and
@@ -327,6 +339,14 @@ fn set_lease_retention(config: &mut Config, args: &[String]) -> Result<(), Strin
     config.lease_retention = parse_finite_f64(args[0].as_bytes())
         .filter(|seconds| *seconds >= 0.0)
         .ok_or("invalid lease-retention (expected a finite number of seconds, 0 or more)")?;
+    Ok(())
+}
+
+fn set_io_threads(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.io_threads = parse_i64(args[0].as_bytes())
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|n| (1..=128).contains(n))
+        .ok_or("invalid io-threads (expected an integer from 1 to 128)")?;
     Ok(())
 }
 
@@ -447,6 +467,7 @@ impl Default for Config {
             auto_aof_rewrite_percentage: 0,
             auto_aof_rewrite_min_size: 0,
             aof_load_good_prefix: false,
+            io_threads: 0,
             config_file: None,
         };
         for directive in DIRECTIVES {
@@ -918,6 +939,7 @@ mod tests {
             ("auto-aof-rewrite-percentage", "100"),
             ("auto-aof-rewrite-min-size", "67108864"),
             ("aof-load-good-prefix", "no"),
+            ("io-threads", "1"),
             ("save", ""),
             ("databases", "1"),
         ];

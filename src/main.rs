@@ -20,10 +20,7 @@ fn main() -> ExitCode {
         }
     };
     init_logging(config.loglevel);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime_builder(config.io_threads).enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             error!("Cannot start the async runtime: {error}");
@@ -37,6 +34,19 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// With one I/O thread, connections and the core share a current-thread
+/// runtime: a request and its reply then cross no thread boundary, which
+/// on two cores measured fastest (docs/benchmarks.md). With more, they run
+/// on a multi-thread runtime of that many workers.
+fn runtime_builder(io_threads: usize) -> tokio::runtime::Builder {
+    if io_threads <= 1 {
+        return tokio::runtime::Builder::new_current_thread();
+    }
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.worker_threads(io_threads);
+    builder
 }
 
 async fn start(config: Config) -> Result<(), String> {

@@ -54,7 +54,7 @@ pub enum Reply {
     /// Text such as INFO's: a verbatim `txt` string in RESP3, bulk in RESP2.
     Verbatim(Bytes),
     /// A lease as the lease commands answer with it, kept as its fields
-    /// until it is encoded: the core thread, which every request goes
+    /// until it is encoded: the core task, which every request goes
     /// through, then does not build the map (see [`Reply::lease_map`]).
     Lease(Box<LeaseReply>),
 }

@@ -215,13 +215,13 @@ pub async fn run(
         stats: Stats::default(),
         shutdown: CancellationToken::new(),
     });
-    let (core, core_thread) = Core::start(registry, log, data_dir.ceiling_writer(), shared.clone())
+    let (core, core_task) = Core::start(registry, log, data_dir.ceiling_writer(), shared.clone())
         .map_err(|e| {
-            format!(
-                "cannot write the token ceiling in '{}': {e}",
-                data_dir.path().display()
-            )
-        })?;
+        format!(
+            "cannot write the token ceiling in '{}': {e}",
+            data_dir.path().display()
+        )
+    })?;
 
     let mut signals =
         Signals::install().map_err(|e| format!("cannot listen for SIGTERM/SIGINT: {e}"))?;
@@ -250,8 +250,7 @@ pub async fn run(
     tracker.close();
     tracker.wait().await;
     drop(core);
-    let joined = tokio::task::spawn_blocking(move || core_thread.join()).await;
-    if !matches!(joined, Ok(Ok(()))) {
+    if core_task.await.is_err() {
         error!("the registry core stopped abnormally");
     }
     info!("leased is now ready to exit, bye bye...");

@@ -25,9 +25,27 @@ fn text(bytes: &[u8]) -> String {
 
 #[test]
 fn fifty_clients_race_for_the_same_hundred_runs() {
+    race_for_the_same_hundred_runs(&Server::start());
+}
+
+/// The same race with connections served by four runtime threads instead
+/// of the default one: the core still applies one command at a time.
+#[test]
+fn the_race_holds_with_four_io_threads() {
+    let server = Server::start_with(&["--io-threads", "4"]);
+    let mut con = server.connect();
+    let threads: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("io-threads")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(threads, ["io-threads", "4"]);
+    race_for_the_same_hundred_runs(&server);
+}
+
+fn race_for_the_same_hundred_runs(server: &Server) {
     const CLIENTS: usize = 50;
     const RUNS: usize = 100;
-    let server = Server::start();
     let barrier = Arc::new(Barrier::new(CLIENTS));
     let threads: Vec<_> = (0..CLIENTS)
         .map(|c| {

@@ -2,10 +2,12 @@
 //! client sees its reply; at start-up the log is replayed; when it has
 //! grown well past the live state it is rewritten as a snapshot of it.
 //!
-//! Only the core thread touches a [`Log`]. It encodes each round's changes
+//! Only the core task touches a [`Log`]. It encodes each round's changes
 //! into one buffer and writes them with one `write` (and, with `always`, one
-//! fsync) before answering the round: group commit. With `everysec` a
-//! thread of its own fsyncs once a second; with `no` the OS decides.
+//! fsync) before answering the round: group commit. The `always` fsync runs
+//! on the runtime's blocking pool while the core task waits for it, so the
+//! connections go on reading requests meanwhile. With `everysec` a thread
+//! of its own fsyncs once a second; with `no` the OS decides.
 //!
 //! A rewrite runs while the server serves. The core walks the registry a
 //! few thousand slots at a time (see `Registry::snapshot`) and hands the
@@ -40,7 +42,7 @@ pub enum FsyncPolicy {
     /// Before the replies of every round of commands: nothing acknowledged
     /// is ever lost.
     Always,
-    /// Once a second, off the core thread.
+    /// Once a second, by a thread of its own rather than the core task.
     EverySec,
     /// When the operating system decides.
     No,
@@ -198,7 +200,7 @@ impl Log {
     /// Writes the queued changes (and with `always` fsyncs them). On failure
     /// the file is cut back to its last good length and the changes stay
     /// queued for the next try; the error is the reply for the changes.
-    pub fn commit(&mut self) -> Result<(), String> {
+    pub async fn commit(&mut self) -> Result<(), String> {
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -207,7 +209,7 @@ impl Log {
         {
             return Err(misconf(error));
         }
-        match self.write_pending() {
+        match self.write_pending().await {
             Ok(()) => {
                 self.write_error = None;
                 Ok(())
@@ -222,10 +224,15 @@ impl Log {
         }
     }
 
-    fn write_pending(&mut self) -> io::Result<()> {
+    async fn write_pending(&mut self) -> io::Result<()> {
         (&*self.file).write_all(&self.pending)?;
         if self.options.policy == FsyncPolicy::Always {
-            self.file.sync_data()?;
+            // Off the runtime's worker threads: a slow disk holds up only
+            // the replies that wait for it.
+            let file = self.file.clone();
+            tokio::task::spawn_blocking(move || file.sync_data())
+                .await
+                .map_err(io::Error::other)??;
         }
         if let Some(syncer) = &self.syncer {
             syncer.mark_dirty();
@@ -240,14 +247,14 @@ impl Log {
 
     /// Flushes everything to disk, for a clean shutdown. A rewrite under
     /// way is abandoned: the log is complete without it.
-    pub fn close(mut self) -> Result<(), String> {
+    pub async fn close(mut self) -> Result<(), String> {
         if let Some(rewrite) = self.rewrite.take() {
             rewrite.abandon();
         }
         if let Some(syncer) = self.syncer.take() {
             syncer.stop();
         }
-        self.commit()?;
+        self.commit().await?;
         self.file.sync_all().map_err(|e| describe(&self.path, e))
     }
 
@@ -339,7 +346,7 @@ impl Log {
         let old = std::mem::replace(&mut self.file, Arc::new(file));
         let old_synced = self.syncer.as_ref().map(|s| s.switch(self.file.clone()));
         // Closing the replaced log frees its blocks, which takes milliseconds
-        // for a large file: not on the core thread.
+        // for a large file: not on the core task.
         let _ = std::thread::Builder::new()
             .name("leased-close".into())
             .spawn(move || drop((old, old_synced)));
@@ -714,7 +721,16 @@ mod tests {
         for change in registry.take_changes() {
             log.append(&change);
         }
-        log.commit().unwrap();
+        block_on(log.commit()).unwrap();
+    }
+
+    /// Runs a future of the log to completion: with `always` its fsync
+    /// needs a runtime's blocking pool.
+    fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(future)
     }
 
     /// Every lease, for comparing two registries.
@@ -741,7 +757,7 @@ mod tests {
         registry.heartbeat(b"run-3:w:4", 4, 10.0);
         registry.release(b"run-5:w:6", 6);
         commit_changes(&mut log, &mut registry);
-        log.close().unwrap();
+        block_on(log.close()).unwrap();
         let (_, mut again) = reopen(temp.path());
         assert_eq!(leases(&mut again, 10), leases(&mut registry, 10));
         assert_eq!(again.last_token(), 10);
@@ -792,7 +808,7 @@ mod tests {
         // Changes after the rewrite land in the new file.
         registry.acquire(b"run-after", b"w", 3e6, None).unwrap();
         commit_changes(&mut log, &mut registry);
-        log.close().unwrap();
+        block_on(log.close()).unwrap();
         let (_, mut again) = reopen(temp.path());
         assert_eq!(leases(&mut again, runs), leases(&mut registry, runs));
         assert!(again.get(b"run-after", 0.0).is_some());
@@ -810,7 +826,7 @@ mod tests {
             commit_changes(&mut log, &mut registry);
         }
         let path = log.path().to_path_buf();
-        log.close().unwrap();
+        block_on(log.close()).unwrap();
         let whole = fs::read(&path).unwrap();
 
         fs::write(&path, &whole[..whole.len() - 3]).unwrap();
