@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tracing::debug;
@@ -90,6 +90,10 @@ impl Connection {
 
     async fn run(&mut self) -> io::Result<()> {
         let shutdown = self.shared.shutdown.clone();
+        // Made once: a fresh one per turn of the loop would join and leave
+        // the token's waiter list for every request.
+        let cancelled = shutdown.cancelled();
+        tokio::pin!(cancelled);
         let mut requests = Vec::new();
         loop {
             let decoded = self.decoder.decode(&mut self.read_buf, &mut requests);
@@ -112,11 +116,12 @@ impl Connection {
                 }
             }
 
+            self.write_now()?;
             self.read_buf.reserve(READ_CHUNK);
             self.report_status();
             let (mut reader, mut writer) = self.stream.split();
             tokio::select! {
-                _ = shutdown.cancelled() => {
+                _ = &mut cancelled => {
                     return tokio::time::timeout(FINAL_FLUSH, self.flush())
                         .await
                         .unwrap_or(Ok(()));
@@ -132,6 +137,21 @@ impl Connection {
                 }
             }
         }
+    }
+
+    /// Writes what the socket takes without waiting. The replies to a read
+    /// nearly always fit, and then they leave without another turn of the
+    /// loop; the rest waits for the `select!`.
+    fn write_now(&mut self) -> io::Result<()> {
+        if self.write_buf.is_empty() {
+            return Ok(());
+        }
+        match self.stream.try_write(&self.write_buf) {
+            Ok(written) => self.write_buf.advance(written),
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
+            Err(error) => return Err(error),
+        }
+        Ok(())
     }
 
     /// Publishes what `CLIENT LIST` shows of this connection.
