@@ -88,6 +88,10 @@ pub struct Config {
     /// Threads serving connections: 1 runs everything on one thread (the
     /// fastest on small machines), more a multi-thread runtime.
     pub io_threads: usize,
+    /// The password of the `default` user; empty: no password.
+    pub requirepass: String,
+    /// Refuse to listen on a non-loopback address without a password.
+    pub protected_mode: bool,
     /// The configuration file read at start-up, if any.
     pub config_file: Option<PathBuf>,
 }
@@ -283,6 +287,27 @@ static DIRECTIVES: &[Directive] = &[
         set: set_io_threads,
         show: |c| c.io_threads.to_string(),
     },
+    Directive {
+        name: "requirepass",
+        default: &[""],
+        value_name: "PASSWORD",
+        help: "Password clients must give with AUTH or HELLO ... AUTH (empty: none)",
+        arity: Arity::One,
+        set: |c, args| {
+            c.requirepass = args[0].clone();
+            Ok(())
+        },
+        show: |c| c.requirepass.clone(),
+    },
+    Directive {
+        name: "protected-mode",
+        default: &["yes"],
+        value_name: "yes|no",
+        help: "Refuse to listen on a non-loopback address without requirepass",
+        arity: Arity::One,
+        set: |c, args| set_yes_no(&mut c.protected_mode, "protected-mode", &args[0]),
+        show: |c| yes_no(c.protected_mode),
+    },
 ];
 
 /// Settings that Redis tools query (redis-benchmark asks for `save` and
@@ -468,6 +493,8 @@ impl Default for Config {
             auto_aof_rewrite_min_size: 0,
             aof_load_good_prefix: false,
             io_threads: 0,
+            requirepass: String::new(),
+            protected_mode: false,
             config_file: None,
         };
         for directive in DIRECTIVES {
@@ -940,6 +967,8 @@ mod tests {
             ("auto-aof-rewrite-min-size", "67108864"),
             ("aof-load-good-prefix", "no"),
             ("io-threads", "1"),
+            ("requirepass", ""),
+            ("protected-mode", "yes"),
             ("save", ""),
             ("databases", "1"),
         ];

@@ -15,6 +15,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 use bytes::{Buf, Bytes, BytesMut};
+use subtle::ConstantTimeEq;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tracing::debug;
@@ -41,6 +42,8 @@ pub struct Connection {
     protocol: Protocol,
     /// The last command run, for `CLIENT LIST`.
     last_command: Option<CommandName>,
+    /// Whether the client may run commands: always without `requirepass`.
+    authenticated: bool,
 }
 
 /// Where a request's reply comes from, and the protocol to encode it in.
@@ -67,6 +70,7 @@ impl Connection {
         shared: Arc<Shared>,
         core: CoreHandle,
     ) -> Connection {
+        let authenticated = shared.config.requirepass.is_empty();
         Connection {
             stream,
             client,
@@ -77,6 +81,7 @@ impl Connection {
             write_buf: BytesMut::new(),
             protocol: Protocol::Resp2,
             last_command: None,
+            authenticated,
         }
     }
 
@@ -184,6 +189,10 @@ impl Connection {
         let mut lease_commands = Vec::new();
         let mut after = After::Continue;
         for args in requests.drain(..) {
+            if !self.authenticated && !allowed_before_auth(&args) {
+                slots.push(Slot::Ready(self.protocol, Reply::error(NOAUTH)));
+                continue;
+            }
             match command::parse(args) {
                 Ok(Command::Lease(command)) => {
                     lease_commands.push(command);
@@ -237,10 +246,12 @@ impl Connection {
                 auth,
                 set_name,
             } => self.hello(protocol, auth, set_name),
-            Command::Auth { username, password } => auth(username.as_deref(), &password)
+            Command::Auth { username, password } => self
+                .auth(username.as_deref(), &password)
                 .map(|()| Reply::OK)
                 .unwrap_or_else(|e| e),
             Command::Reset => {
+                self.authenticated = self.shared.config.requirepass.is_empty();
                 self.set_protocol(Protocol::Resp2);
                 self.client.meta().name = None;
                 Reply::Status("RESET")
@@ -292,10 +303,14 @@ impl Connection {
         credentials: Option<(Bytes, Bytes)>,
         set_name: Option<Bytes>,
     ) -> Reply {
-        if let Some((username, password)) = &credentials
-            && let Err(reply) = auth(Some(username), password)
-        {
-            return reply;
+        match &credentials {
+            Some((username, password)) => {
+                if let Err(reply) = self.auth(Some(username), password) {
+                    return reply;
+                }
+            }
+            None if !self.authenticated => return Reply::error(HELLO_NOAUTH),
+            None => {}
         }
         if let Some(name) = set_name
             && let Err(reply) = self.set_name(name)
@@ -315,6 +330,29 @@ impl Connection {
             field("role", Reply::text("master")),
             field("modules", Reply::Array(Vec::new())),
         ])
+    }
+
+    /// `AUTH`, as Redis does it with only the `default` user: without
+    /// `requirepass` any password of `default` is accepted, with it the
+    /// password must match, compared in constant time.
+    fn auth(&mut self, username: Option<&[u8]>, password: &[u8]) -> Result<(), Reply> {
+        let required = self.shared.config.requirepass.as_bytes();
+        if required.is_empty() && username.is_none() {
+            return Err(Reply::error(
+                "ERR AUTH <password> called without any password configured for the default \
+                 user. Are you sure your configuration is correct?",
+            ));
+        }
+        let user_ok = username.is_none_or(|user| user == b"default");
+        let password_ok = required.is_empty() || bool::from(required.ct_eq(password));
+        if user_ok && password_ok {
+            self.authenticated = true;
+            Ok(())
+        } else {
+            Err(Reply::error(
+                "WRONGPASS invalid username-password pair or user is disabled.",
+            ))
+        }
     }
 
     fn set_name(&mut self, name: Bytes) -> Result<(), Reply> {
@@ -381,17 +419,17 @@ impl Connection {
 
 /// Authentication as Redis answers it when no password is configured: the
 /// `default` user accepts any password; other users do not exist.
-fn auth(username: Option<&[u8]>, _password: &[u8]) -> Result<(), Reply> {
-    match username {
-        None => Err(Reply::error(
-            "ERR AUTH <password> called without any password configured for the default user. \
-             Are you sure your configuration is correct?",
-        )),
-        Some(user) if user == b"default" => Ok(()),
-        Some(_) => Err(Reply::error(
-            "WRONGPASS invalid username-password pair or user is disabled.",
-        )),
-    }
+const NOAUTH: &str = "NOAUTH Authentication required.";
+const HELLO_NOAUTH: &str = "NOAUTH HELLO must be called with the client already authenticated, \
+     otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate \
+     the client and select the RESP protocol version at the same time";
+
+/// What a client may send before it has authenticated.
+fn allowed_before_auth(args: &[Bytes]) -> bool {
+    let name = args.first().map_or(&b""[..], |name| &name[..]);
+    [&b"auth"[..], b"hello", b"quit"]
+        .iter()
+        .any(|allowed| name.eq_ignore_ascii_case(allowed))
 }
 
 /// Redis's rule for client names and library info: printable ASCII

@@ -180,6 +180,7 @@ impl ClientEntry {
 /// gets a free port and the others the same one, so the server has one
 /// port as it would with a fixed one. A failure names the address.
 pub async fn bind(config: &Config) -> Result<Vec<TcpListener>, String> {
+    check_protected_mode(config)?;
     let mut listeners = Vec::new();
     let mut port = config.port;
     for address in &config.bind {
@@ -191,6 +192,23 @@ pub async fn bind(config: &Config) -> Result<Vec<TcpListener>, String> {
         listeners.push(listener);
     }
     Ok(listeners)
+}
+
+/// Protected mode: a server without a password listens only where nobody
+/// but this machine can reach it, unless told otherwise.
+fn check_protected_mode(config: &Config) -> Result<(), String> {
+    if !config.protected_mode || !config.requirepass.is_empty() {
+        return Ok(());
+    }
+    match config.bind.iter().find(|address| !address.is_loopback()) {
+        None => Ok(()),
+        Some(address) => Err(format!(
+            "Refusing to listen on {address}: protected mode is on and no password is set. \
+             Set one with 'requirepass <password>', bind only loopback addresses \
+             (e.g. 'bind 127.0.0.1'), or, if every client that can reach this address \
+             is trusted, turn protection off with 'protected-mode no'."
+        )),
+    }
 }
 
 /// Serves clients on `listeners` until `shutdown` completes, a signal

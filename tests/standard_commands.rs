@@ -280,7 +280,7 @@ fn config_get_reports_directives() {
     // Several patterns; each parameter once.
     let some = pairs(run(
         &mut con,
-        &["CONFIG", "GET", "port", "p*", "nothing-matches"],
+        &["CONFIG", "GET", "port", "po*", "nothing-matches"],
     ));
     assert_eq!(some.len(), 1);
     assert_eq!(

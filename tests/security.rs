@@ -1,0 +1,202 @@
+//! Authentication (`requirepass`) and protected mode, through the `redis`
+//! crate, raw RESP and redis-cli, against the real binary.
+
+mod common;
+
+use std::process::Command;
+
+use common::{Server, error, field, pairs, run, run_to_exit};
+use redis::Value;
+
+const PASSWORD: &str = "s3cret pass";
+
+fn with_password() -> Server {
+    Server::start_with(&["--requirepass", PASSWORD])
+}
+
+fn status(text: &str) -> Value {
+    Value::SimpleString(text.to_owned())
+}
+
+#[test]
+fn every_command_but_auth_hello_and_quit_needs_auth() {
+    let server = with_password();
+    let mut con = server.connect();
+    for words in [
+        &["PING"][..],
+        &["LEASE.ACQUIRE", "run", "w", "0"],
+        &["LEASE.GET", "run"],
+        &["CONFIG", "GET", "requirepass"],
+        &["DBSIZE"],
+        &["NOSUCHCOMMAND", "x"],
+        &["SHUTDOWN"],
+    ] {
+        assert_eq!(
+            error(&mut con, words),
+            "NOAUTH Authentication required.",
+            "{words:?}"
+        );
+    }
+    // HELLO without AUTH is refused too, and says how to authenticate.
+    let hello = error(&mut con, &["HELLO", "3"]);
+    assert!(hello.starts_with("NOAUTH HELLO must be called"), "{hello}");
+
+    assert_eq!(run(&mut con, &["AUTH", PASSWORD]), Value::Okay);
+    assert_eq!(run(&mut con, &["PING"]), status("PONG"));
+    assert_eq!(run(&mut con, &["DBSIZE"]), Value::Int(0));
+    // Nothing ran before AUTH: the refused acquire took no lease.
+    assert_eq!(run(&mut con, &["LEASE.GET", "run"]), Value::Nil);
+
+    // QUIT works without authenticating.
+    let mut other = server.connect();
+    assert_eq!(run(&mut other, &["QUIT"]), Value::Okay);
+}
+
+#[test]
+fn wrong_passwords_and_users_get_wrongpass() {
+    let server = with_password();
+    let mut con = server.connect();
+    let wrongpass = "WRONGPASS invalid username-password pair or user is disabled.";
+    for words in [
+        &["AUTH", "wrong"][..],
+        &["AUTH", "s3cret pas"],
+        &["AUTH", "s3cret pass!"],
+        &["AUTH", ""],
+        &["AUTH", "default", "wrong"],
+        &["AUTH", "admin", PASSWORD],
+        &["HELLO", "3", "AUTH", "default", "wrong"],
+        &["HELLO", "3", "AUTH", "admin", PASSWORD],
+    ] {
+        assert_eq!(error(&mut con, words), wrongpass, "{words:?}");
+    }
+    // Still not in.
+    assert_eq!(
+        error(&mut con, &["PING"]),
+        "NOAUTH Authentication required."
+    );
+    assert_eq!(run(&mut con, &["AUTH", "default", PASSWORD]), Value::Okay);
+    assert_eq!(run(&mut con, &["PING"]), status("PONG"));
+}
+
+#[test]
+fn hello_auth_logs_in_and_switches_protocol() {
+    let server = with_password();
+    let mut con = server.connect();
+    let reply = run(&mut con, &["HELLO", "3", "AUTH", "default", PASSWORD]);
+    assert_eq!(field(&pairs(reply), "proto"), Value::Int(3));
+    let lease = run(&mut con, &["LEASE.ACQUIRE", "run", "w", "0"]);
+    assert!(matches!(lease, Value::Map(_)), "{lease:?}");
+}
+
+#[test]
+fn reset_logs_the_client_out() {
+    let server = with_password();
+    let mut con = server.connect();
+    run(&mut con, &["AUTH", PASSWORD]);
+    assert_eq!(run(&mut con, &["RESET"]), status("RESET"));
+    assert_eq!(
+        error(&mut con, &["PING"]),
+        "NOAUTH Authentication required."
+    );
+}
+
+#[test]
+fn clients_authenticate_from_the_url_in_both_protocols() {
+    let server = with_password();
+    let password = "s3cret%20pass";
+    for url in [
+        format!("redis://:{password}@127.0.0.1:{}/", server.port),
+        format!("redis://default:{password}@127.0.0.1:{}/", server.port),
+        format!(
+            "redis://:{password}@127.0.0.1:{}/?protocol=resp3",
+            server.port
+        ),
+    ] {
+        let mut con = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap_or_else(|e| panic!("{url}: {e}"));
+        let token = common::acquire(&mut con, &format!("run-{url}"), "w", 0.0);
+        assert!(token.is_some(), "{url}");
+    }
+    let wrong = format!("redis://:nope@127.0.0.1:{}/", server.port);
+    let failed = redis::Client::open(wrong).unwrap().get_connection();
+    assert!(failed.is_err());
+}
+
+#[test]
+fn redis_cli_with_a_password() {
+    let server = with_password();
+    let port = server.port.to_string();
+    let cli = |args: &[&str]| {
+        let output = Command::new("redis-cli")
+            .args(["-p", &port, "--no-auth-warning"])
+            .args(args)
+            .output()
+            .expect("redis-cli runs");
+        let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&output.stderr));
+        text.trim().to_owned()
+    };
+    assert_eq!(cli(&["PING"]), "NOAUTH Authentication required.");
+    assert_eq!(cli(&["-a", PASSWORD, "PING"]), "PONG");
+    assert_eq!(
+        cli(&["--user", "default", "--pass", PASSWORD, "DBSIZE"]),
+        "0"
+    );
+    assert!(cli(&["-a", "wrong", "PING"]).contains("WRONGPASS"));
+}
+
+#[test]
+fn without_requirepass_auth_behaves_as_in_redis() {
+    let server = Server::start();
+    let mut con = server.connect();
+    let reply = error(&mut con, &["AUTH", "anything"]);
+    assert!(
+        reply.starts_with("ERR AUTH <password> called without any password configured"),
+        "{reply}"
+    );
+    // The default user has no password: any password of `default` is fine.
+    assert_eq!(run(&mut con, &["AUTH", "default", "x"]), Value::Okay);
+    assert_eq!(
+        error(&mut con, &["AUTH", "admin", "x"]),
+        "WRONGPASS invalid username-password pair or user is disabled."
+    );
+    assert_eq!(run(&mut con, &["PING"]), status("PONG"));
+}
+
+#[test]
+fn protected_mode_refuses_open_addresses_without_a_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let exited = run_to_exit(&["--port", "0", "--dir", data, "--bind", "0.0.0.0"]);
+    assert!(!exited.status.success());
+    let output = exited.output();
+    assert!(output.contains("Refusing to listen on 0.0.0.0"), "{output}");
+    assert!(output.contains("requirepass"), "{output}");
+    assert!(output.contains("protected-mode no"), "{output}");
+
+    // Loopback only, or a password, or protection off: it starts (and is
+    // reached over loopback).
+    for args in [
+        &["--bind", "127.0.0.1"][..],
+        &["--bind", "0.0.0.0", "--requirepass", PASSWORD],
+        &["--bind", "0.0.0.0", "--protected-mode", "no"],
+    ] {
+        let server = Server::start_with(args);
+        let mut con = server.connect();
+        if args.contains(&"--requirepass") {
+            run(&mut con, &["AUTH", PASSWORD]);
+        }
+        assert_eq!(run(&mut con, &["PING"]), status("PONG"), "{args:?}");
+        let mode = run(&mut con, &["CONFIG", "GET", "protected-mode"]);
+        let expected = if args.contains(&"no") { "no" } else { "yes" };
+        assert_eq!(
+            mode,
+            Value::Array(vec![
+                common::bulk_value("protected-mode"),
+                common::bulk_value(expected)
+            ])
+        );
+    }
+}
