@@ -65,3 +65,36 @@ fn the_python_worker_example_runs() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("held by another worker"));
 }
+
+/// redis-py with `password=`: it sends `AUTH` (RESP2) or `HELLO 3 AUTH`
+/// (RESP3) on connect; a wrong or missing password is refused.
+#[test]
+fn redis_py_authenticates_with_requirepass() {
+    let server = Server::start_with(&["--requirepass", "py-secret"]);
+    let script = r#"
+import sys, redis
+port = int(sys.argv[1])
+for protocol in (2, 3):
+    r = redis.Redis(port=port, password="py-secret", protocol=protocol)
+    assert r.ping() is True
+    lease = r.execute_command("LEASE.ACQUIRE", f"run-{protocol}", "w", 0)
+    assert lease is not None, lease
+    for password in ("wrong", None):
+        try:
+            redis.Redis(port=port, password=password, protocol=protocol).ping()
+            raise SystemExit(f"password {password!r} was accepted")
+        except redis.exceptions.AuthenticationError as error:
+            print(protocol, type(error).__name__, error)
+print("ok")
+"#;
+    let output = Command::new("python3")
+        .args(["-c", script, &server.port.to_string()])
+        .output()
+        .expect("python3 is installed");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("ok"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
