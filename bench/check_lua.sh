@@ -28,7 +28,9 @@ ensure_redis
 ((BUILD)) && build_leased
 [[ -x $LEASED_BIN ]] || die "$LEASED_BIN missing (run without --no-build)"
 bench_init
-start_leased "$LEASED_PORT" no
+# The script keeps an expired lease until it is taken over or released;
+# leased does the same only with retention off (0).
+start_leased "$LEASED_PORT" no --lease-retention 0
 start_redis "$REDIS_PORT" no
 SHA=$(load_script "$REDIS_PORT")
 
