@@ -88,6 +88,8 @@ pub struct Config {
     /// Threads serving connections: 1 runs everything on one thread (the
     /// fastest on small machines), more a multi-thread runtime.
     pub io_threads: usize,
+    /// Connections served at once; one more gets an error and is closed.
+    pub maxclients: usize,
     /// The password of the `default` user; empty: no password.
     pub requirepass: String,
     /// Refuse to listen on a non-loopback address without a password.
@@ -288,6 +290,15 @@ static DIRECTIVES: &[Directive] = &[
         show: |c| c.io_threads.to_string(),
     },
     Directive {
+        name: "maxclients",
+        default: &["10000"],
+        value_name: "N",
+        help: "Clients connected at once; more are told so and disconnected",
+        arity: Arity::One,
+        set: set_maxclients,
+        show: |c| c.maxclients.to_string(),
+    },
+    Directive {
         name: "requirepass",
         default: &[""],
         value_name: "PASSWORD",
@@ -364,6 +375,14 @@ fn set_lease_retention(config: &mut Config, args: &[String]) -> Result<(), Strin
     config.lease_retention = parse_finite_f64(args[0].as_bytes())
         .filter(|seconds| *seconds >= 0.0)
         .ok_or("invalid lease-retention (expected a finite number of seconds, 0 or more)")?;
+    Ok(())
+}
+
+fn set_maxclients(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.maxclients = parse_i64(args[0].as_bytes())
+        .filter(|&n| n >= 1)
+        .map(|n| n as usize)
+        .ok_or("invalid maxclients (expected a positive integer)")?;
     Ok(())
 }
 
@@ -493,6 +512,7 @@ impl Default for Config {
             auto_aof_rewrite_min_size: 0,
             aof_load_good_prefix: false,
             io_threads: 0,
+            maxclients: 0,
             requirepass: String::new(),
             protected_mode: false,
             config_file: None,
@@ -967,6 +987,7 @@ mod tests {
             ("auto-aof-rewrite-min-size", "67108864"),
             ("aof-load-good-prefix", "no"),
             ("io-threads", "1"),
+            ("maxclients", "10000"),
             ("requirepass", ""),
             ("protected-mode", "yes"),
             ("save", ""),

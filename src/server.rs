@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio_util::sync::CancellationToken;
@@ -288,6 +289,9 @@ async fn accept_loop(
             accepted = listener.accept() => accepted,
         };
         match accepted {
+            Ok((stream, _)) if shared.clients.len() >= shared.config.maxclients => {
+                tracker.spawn(refuse(stream));
+            }
             Ok((stream, addr)) => {
                 let connection = open_connection(stream, addr, &shared, &core);
                 tracker.spawn(connection.serve());
@@ -299,6 +303,13 @@ async fn accept_loop(
             }
         }
     }
+}
+
+/// A client over `maxclients` is told so, as Redis does, and closed; a
+/// client that does not read the error is not waited for long.
+async fn refuse(mut stream: TcpStream) {
+    let error = b"-ERR max number of clients reached\r\n";
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(error)).await;
 }
 
 fn open_connection(

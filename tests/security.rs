@@ -200,3 +200,42 @@ fn protected_mode_refuses_open_addresses_without_a_password() {
         );
     }
 }
+
+#[test]
+fn maxclients_refuses_one_more_and_the_others_go_on() {
+    let server = Server::start_with(&["--maxclients", "2"]);
+    let mut first = server.connect();
+    let mut second = server.connect();
+    assert_eq!(run(&mut first, &["PING"]), status("PONG"));
+    assert_eq!(run(&mut second, &["PING"]), status("PONG"));
+
+    let mut third = server.raw();
+    let refused = common::read_to_close(&mut third);
+    assert_eq!(refused, b"-ERR max number of clients reached\r\n");
+    // The two connected clients are served as before.
+    assert_eq!(common::acquire(&mut first, "run", "w", 0.0), Some(1));
+    let lease = common::lease_reply(&run(&mut second, &["LEASE.GET", "run", "0"]));
+    assert_eq!(lease.fencing_token, 1);
+
+    // Once a client leaves, there is room again.
+    drop(second);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let client = redis::Client::open(server.url()).unwrap();
+        match client.get_connection() {
+            Ok(mut con) => match redis::cmd("PING").query::<Value>(&mut con) {
+                Ok(pong) => {
+                    assert_eq!(pong, status("PONG"));
+                    break;
+                }
+                Err(e) => assert!(e.to_string().contains("max number of clients"), "{e}"),
+            },
+            Err(e) => assert!(e.to_string().contains("max number of clients"), "{e}"),
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no room after a client left"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
