@@ -8,6 +8,7 @@
 use std::ffi::OsString;
 use std::fmt;
 use std::net::IpAddr;
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
 use crate::number::{parse_finite_f64, parse_i64};
@@ -332,9 +333,15 @@ static READ_ONLY: &[(&str, &str)] = &[
     ("databases", "1"),
 ];
 
+/// An integer argument within `range`, in the type of its field.
+fn integer_in<T: TryFrom<i64>>(arg: &str, range: RangeInclusive<i64>) -> Option<T> {
+    parse_i64(arg.as_bytes())
+        .filter(|n| range.contains(n))
+        .and_then(|n| T::try_from(n).ok())
+}
+
 fn set_port(config: &mut Config, args: &[String]) -> Result<(), String> {
-    config.port = parse_i64(args[0].as_bytes())
-        .and_then(|n| u16::try_from(n).ok())
+    config.port = integer_in(&args[0], 0..=65535)
         .ok_or("invalid port (expected an integer from 0 to 65535)")?;
     Ok(())
 }
@@ -379,17 +386,13 @@ fn set_lease_retention(config: &mut Config, args: &[String]) -> Result<(), Strin
 }
 
 fn set_maxclients(config: &mut Config, args: &[String]) -> Result<(), String> {
-    config.maxclients = parse_i64(args[0].as_bytes())
-        .filter(|&n| n >= 1)
-        .map(|n| n as usize)
+    config.maxclients = integer_in(&args[0], 1..=i64::MAX)
         .ok_or("invalid maxclients (expected a positive integer)")?;
     Ok(())
 }
 
 fn set_io_threads(config: &mut Config, args: &[String]) -> Result<(), String> {
-    config.io_threads = parse_i64(args[0].as_bytes())
-        .and_then(|n| usize::try_from(n).ok())
-        .filter(|n| (1..=128).contains(n))
+    config.io_threads = integer_in(&args[0], 1..=128)
         .ok_or("invalid io-threads (expected an integer from 1 to 128)")?;
     Ok(())
 }
@@ -430,8 +433,7 @@ fn set_appendfsync(config: &mut Config, args: &[String]) -> Result<(), String> {
 }
 
 fn set_rewrite_percentage(config: &mut Config, args: &[String]) -> Result<(), String> {
-    config.auto_aof_rewrite_percentage = parse_i64(args[0].as_bytes())
-        .and_then(|n| u64::try_from(n).ok())
+    config.auto_aof_rewrite_percentage = integer_in(&args[0], 0..=i64::MAX)
         .ok_or("invalid auto-aof-rewrite-percentage (expected an integer >= 0)")?;
     Ok(())
 }

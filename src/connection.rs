@@ -417,9 +417,9 @@ impl Connection {
     }
 }
 
-/// Authentication as Redis answers it when no password is configured: the
-/// `default` user accepts any password; other users do not exist.
+/// The reply to any command but AUTH, HELLO and QUIT before AUTH.
 const NOAUTH: &str = "NOAUTH Authentication required.";
+/// Redis's reply to HELLO without AUTH before authenticating.
 const HELLO_NOAUTH: &str = "NOAUTH HELLO must be called with the client already authenticated, \
      otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate \
      the client and select the RESP protocol version at the same time";

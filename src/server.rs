@@ -20,7 +20,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 use crate::ceiling::DataDir;
 use crate::command::CommandName;
@@ -269,9 +269,9 @@ pub async fn run(
     tracker.close();
     tracker.wait().await;
     drop(core);
-    if core_task.await.is_err() {
-        error!("the registry core stopped abnormally");
-    }
+    // Resolves once the core has flushed the log; a core that failed has
+    // already ended the process (see `Core::start`).
+    let _ = core_task.await;
     info!("leased is now ready to exit, bye bye...");
     drop(data_dir);
     Ok(())
