@@ -95,8 +95,28 @@ pub struct Config {
     pub requirepass: String,
     /// Refuse to listen on a non-loopback address without a password.
     pub protected_mode: bool,
+    /// Seconds a client may stay idle before it is closed; 0: forever.
+    pub timeout: u64,
+    /// The longest bulk string (argument) a client may send.
+    pub proto_max_bulk_len: usize,
+    /// The most bytes of unfinished requests one client may have buffered.
+    pub client_query_buffer_limit: usize,
+    /// When a client that does not read its replies is disconnected.
+    pub client_output_buffer_limit: OutputLimit,
+    /// The longest run or worker id a lease command accepts.
+    pub lease_max_id_len: usize,
     /// The configuration file read at start-up, if any.
     pub config_file: Option<PathBuf>,
+}
+
+/// `client-output-buffer-limit normal <hard> <soft> <soft-seconds>`: a
+/// client whose unsent replies pass `hard` bytes, or stay above `soft`
+/// bytes for `soft_seconds`, is disconnected. 0 turns a limit off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutputLimit {
+    pub hard: u64,
+    pub soft: u64,
+    pub soft_seconds: u64,
 }
 
 /// Why the configuration could not be loaded.
@@ -320,6 +340,57 @@ static DIRECTIVES: &[Directive] = &[
         set: |c, args| set_yes_no(&mut c.protected_mode, "protected-mode", &args[0]),
         show: |c| yes_no(c.protected_mode),
     },
+    Directive {
+        name: "timeout",
+        default: &["0"],
+        value_name: "SECONDS",
+        help: "Close a client after this many seconds without a request; 0 never does",
+        arity: Arity::One,
+        set: set_timeout,
+        show: |c| c.timeout.to_string(),
+    },
+    Directive {
+        name: "proto-max-bulk-len",
+        default: &["512mb"],
+        value_name: "SIZE",
+        help: "The longest argument a client may send (at least 1mb)",
+        arity: Arity::One,
+        set: |c, args| set_size(&mut c.proto_max_bulk_len, "proto-max-bulk-len", &args[0]),
+        show: |c| c.proto_max_bulk_len.to_string(),
+    },
+    Directive {
+        name: "client-query-buffer-limit",
+        default: &["1gb"],
+        value_name: "SIZE",
+        help: "The most bytes of unfinished requests a client may send before it is closed (at least 1mb)",
+        arity: Arity::One,
+        set: |c, args| {
+            set_size(
+                &mut c.client_query_buffer_limit,
+                "client-query-buffer-limit",
+                &args[0],
+            )
+        },
+        show: |c| c.client_query_buffer_limit.to_string(),
+    },
+    Directive {
+        name: "client-output-buffer-limit",
+        default: &["normal", "512mb", "128mb", "60"],
+        value_name: "normal HARD SOFT SECONDS",
+        help: "Disconnect a client whose unread replies pass HARD bytes, or stay above SOFT for SECONDS; 0 turns a limit off",
+        arity: Arity::OneOrMore,
+        set: set_output_limit,
+        show: show_output_limit,
+    },
+    Directive {
+        name: "lease-max-id-len",
+        default: &["1024"],
+        value_name: "BYTES",
+        help: "The longest run or worker id a lease command accepts (at least 1024)",
+        arity: Arity::One,
+        set: set_lease_max_id_len,
+        show: |c| c.lease_max_id_len.to_string(),
+    },
 ];
 
 /// Settings that Redis tools query (redis-benchmark asks for `save` and
@@ -388,6 +459,56 @@ fn set_lease_retention(config: &mut Config, args: &[String]) -> Result<(), Strin
 fn set_maxclients(config: &mut Config, args: &[String]) -> Result<(), String> {
     config.maxclients = integer_in(&args[0], 1..=i64::MAX)
         .ok_or("invalid maxclients (expected a positive integer)")?;
+    Ok(())
+}
+
+fn set_timeout(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.timeout = integer_in(&args[0], 0..=i64::MAX)
+        .ok_or("invalid timeout (expected whole seconds, 0 or more)")?;
+    Ok(())
+}
+
+/// The smallest request size limit, as in Redis: below it ordinary
+/// requests would be refused.
+const MIN_REQUEST_LIMIT: u64 = 1024 * 1024;
+
+fn set_size(field: &mut usize, name: &str, arg: &str) -> Result<(), String> {
+    *field = parse_memory(arg)
+        .filter(|size| *size >= MIN_REQUEST_LIMIT)
+        .and_then(|size| usize::try_from(size).ok())
+        .ok_or_else(|| format!("invalid {name} (expected a size of at least 1mb, e.g. 512mb)"))?;
+    Ok(())
+}
+
+fn set_output_limit(config: &mut Config, args: &[String]) -> Result<(), String> {
+    const USAGE: &str = "invalid client-output-buffer-limit (expected 'normal <hard> <soft> \
+         <soft-seconds>'; leased has only normal clients)";
+    let [class, hard, soft, seconds] = args else {
+        return Err(USAGE.into());
+    };
+    if !class.eq_ignore_ascii_case("normal") {
+        return Err(USAGE.into());
+    }
+    config.client_output_buffer_limit = OutputLimit {
+        hard: parse_memory(hard).ok_or(USAGE)?,
+        soft: parse_memory(soft).ok_or(USAGE)?,
+        soft_seconds: integer_in(seconds, 0..=i64::MAX).ok_or(USAGE)?,
+    };
+    Ok(())
+}
+
+/// As Redis prints it: the class, then bytes and seconds.
+fn show_output_limit(config: &Config) -> String {
+    let limit = config.client_output_buffer_limit;
+    format!(
+        "normal {} {} {}",
+        limit.hard, limit.soft, limit.soft_seconds
+    )
+}
+
+fn set_lease_max_id_len(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.lease_max_id_len = integer_in(&args[0], 1024..=i64::MAX)
+        .ok_or("invalid lease-max-id-len (expected an integer of at least 1024)")?;
     Ok(())
 }
 
@@ -517,6 +638,15 @@ impl Default for Config {
             maxclients: 0,
             requirepass: String::new(),
             protected_mode: false,
+            timeout: 0,
+            proto_max_bulk_len: 0,
+            client_query_buffer_limit: 0,
+            client_output_buffer_limit: OutputLimit {
+                hard: 0,
+                soft: 0,
+                soft_seconds: 0,
+            },
+            lease_max_id_len: 0,
             config_file: None,
         };
         for directive in DIRECTIVES {
@@ -992,6 +1122,14 @@ mod tests {
             ("maxclients", "10000"),
             ("requirepass", ""),
             ("protected-mode", "yes"),
+            ("timeout", "0"),
+            ("proto-max-bulk-len", "536870912"),
+            ("client-query-buffer-limit", "1073741824"),
+            (
+                "client-output-buffer-limit",
+                "normal 536870912 134217728 60",
+            ),
+            ("lease-max-id-len", "1024"),
             ("save", ""),
             ("databases", "1"),
         ];
@@ -1005,7 +1143,10 @@ mod tests {
         assert_eq!(config.get(b"port"), vec![("port", "6479".to_owned())]);
         assert_eq!(config.get(b"PORT"), vec![("port", "6479".to_owned())]);
         assert_eq!(names(&config, "*ttl*"), ["lease-ttl"]);
-        assert_eq!(names(&config, "lease-*"), ["lease-ttl", "lease-retention"]);
+        assert_eq!(
+            names(&config, "lease-*"),
+            ["lease-ttl", "lease-retention", "lease-max-id-len"]
+        );
         assert_eq!(names(&config, "appendonly"), ["appendonly"]);
         assert_eq!(names(&config, "d*"), ["dir", "databases"]);
         assert!(config.get(b"nosuch").is_empty());
@@ -1027,6 +1168,39 @@ mod tests {
             config.get(b"loglevel"),
             vec![("loglevel", "verbose".to_owned())]
         );
+    }
+
+    #[test]
+    fn limit_directives() {
+        let config = parse_text(
+            "timeout 30\nproto-max-bulk-len 2mb\nclient-query-buffer-limit 1gb\n\
+             client-output-buffer-limit NORMAL 1gb 256mb 30\nlease-max-id-len 4096",
+        )
+        .unwrap();
+        assert_eq!(config.timeout, 30);
+        assert_eq!(config.proto_max_bulk_len, 2 << 20);
+        assert_eq!(config.client_query_buffer_limit, 1 << 30);
+        assert_eq!(
+            config.client_output_buffer_limit,
+            OutputLimit {
+                hard: 1 << 30,
+                soft: 256 << 20,
+                soft_seconds: 30
+            }
+        );
+        assert_eq!(config.lease_max_id_len, 4096);
+        for bad in [
+            "timeout -1",
+            "proto-max-bulk-len 1048575",
+            "client-query-buffer-limit 0",
+            "client-output-buffer-limit pubsub 32mb 8mb 60",
+            "client-output-buffer-limit normal 1mb 1mb",
+            "client-output-buffer-limit normal 1mb 1mb x",
+            "lease-max-id-len 1023",
+        ] {
+            let name = bad.split(' ').next().unwrap();
+            assert!(invalid(bad).contains(&format!("invalid {name}")), "{bad}");
+        }
     }
 
     fn shipped_conf() -> PathBuf {

@@ -12,13 +12,13 @@
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{Buf, Bytes, BytesMut};
 use subtle::ConstantTimeEq;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::command::{self, ClientAttr, ClientFilter, Command, CommandName, docs};
 use crate::core::CoreHandle;
@@ -30,6 +30,12 @@ use crate::server::{ClientEntry, Shared};
 const READ_CHUNK: usize = 16 * 1024;
 /// How long shutdown waits for a client to take its last replies.
 const FINAL_FLUSH: Duration = Duration::from_secs(1);
+/// How long a closing connection (QUIT, a protocol error) waits for the
+/// client to take its last replies: one that never reads must not keep
+/// its connection forever.
+const CLOSE_FLUSH: Duration = Duration::from_secs(10);
+/// How long a closed connection goes on discarding the client's input.
+pub const LINGER: Duration = Duration::from_secs(1);
 
 pub struct Connection {
     stream: TcpStream,
@@ -44,6 +50,8 @@ pub struct Connection {
     last_command: Option<CommandName>,
     /// Whether the client may run commands: always without `requirepass`.
     authenticated: bool,
+    /// Since when the unsent replies have been above the soft output limit.
+    over_soft_limit_since: Option<Instant>,
 }
 
 /// Where a request's reply comes from, and the protocol to encode it in.
@@ -71,17 +79,22 @@ impl Connection {
         core: CoreHandle,
     ) -> Connection {
         let authenticated = shared.config.requirepass.is_empty();
+        let limits = Limits {
+            max_bulk_len: shared.config.proto_max_bulk_len,
+            ..Limits::default()
+        };
         Connection {
             stream,
             client,
             shared,
             core,
-            decoder: RequestDecoder::new(Limits::default()),
+            decoder: RequestDecoder::new(limits),
             read_buf: BytesMut::with_capacity(READ_CHUNK),
             write_buf: BytesMut::new(),
             protocol: Protocol::Resp2,
             last_command: None,
             authenticated,
+            over_soft_limit_since: None,
         }
     }
 
@@ -99,6 +112,13 @@ impl Connection {
         // the token's waiter list for every request.
         let cancelled = shutdown.cancelled();
         tokio::pin!(cancelled);
+        let idle_limit = match self.shared.config.timeout {
+            0 => None,
+            seconds => Some(Duration::from_secs(seconds)),
+        };
+        // Without a timeout it is never polled, so it costs nothing.
+        let idle = tokio::time::sleep(idle_limit.unwrap_or(Duration::MAX));
+        tokio::pin!(idle);
         let mut requests = Vec::new();
         loop {
             let decoded = self.decoder.decode(&mut self.read_buf, &mut requests);
@@ -112,16 +132,34 @@ impl Connection {
                 Reply::error(error.message()).encode(self.protocol, &mut self.write_buf);
                 after = After::Close;
             }
+            if after == After::Continue
+                && self.read_buf.len() > self.shared.config.client_query_buffer_limit
+            {
+                warn!(
+                    "Closing client {} that reached max query buffer length",
+                    self.client.addr
+                );
+                Reply::error(QUERY_BUFFER_FULL).encode(self.protocol, &mut self.write_buf);
+                after = After::Close;
+            }
             match after {
                 After::Continue => {}
-                After::Close => return self.flush().await,
+                After::Close => return self.close().await,
                 After::Shutdown => {
                     shutdown.cancel();
-                    return self.flush().await;
+                    return self.close().await;
                 }
             }
 
             self.write_now()?;
+            if self.over_output_limit() {
+                warn!(
+                    "Closing client {} for overcoming of output buffer limits ({} bytes unread)",
+                    self.client.addr,
+                    self.write_buf.len()
+                );
+                return Ok(());
+            }
             self.read_buf.reserve(READ_CHUNK);
             self.report_status();
             let (mut reader, mut writer) = self.stream.split();
@@ -131,15 +169,22 @@ impl Connection {
                         .await
                         .unwrap_or(Ok(()));
                 }
+                _ = &mut idle, if idle_limit.is_some() => {
+                    debug!("Closing idle client {}", self.client.addr);
+                    return Ok(());
+                }
                 read = reader.read_buf(&mut self.read_buf) => {
                     if read? == 0 {
                         // The client closed its side; it may still read.
-                        return self.flush().await;
+                        return self.close().await;
                     }
                 }
                 written = writer.write_buf(&mut self.write_buf), if !self.write_buf.is_empty() => {
                     written?;
                 }
+            }
+            if let Some(limit) = idle_limit {
+                idle.as_mut().reset(tokio::time::Instant::now() + limit);
             }
         }
     }
@@ -170,6 +215,43 @@ impl Connection {
         meta.output_capacity = self.write_buf.capacity();
     }
 
+    /// `client-output-buffer-limit`: whether the replies the client has
+    /// not taken are past the hard limit, or have stayed past the soft one
+    /// for too long. Redis closes such a client without a reply, as it
+    /// would never read one.
+    fn over_output_limit(&mut self) -> bool {
+        let limit = self.shared.config.client_output_buffer_limit;
+        let pending = self.write_buf.len() as u64;
+        if limit.hard > 0 && pending > limit.hard {
+            return true;
+        }
+        if limit.soft == 0 || pending <= limit.soft {
+            self.over_soft_limit_since = None;
+            return false;
+        }
+        let since = *self.over_soft_limit_since.get_or_insert_with(Instant::now);
+        since.elapsed() >= Duration::from_secs(limit.soft_seconds)
+    }
+
+    /// Writes what is pending and closes, waiting a bounded time for a
+    /// client that does not read. Then, as a lingering close, discards what
+    /// the client still sends until it closes too: closing with unread
+    /// input would reset the connection, and the client could lose the
+    /// reply (an error saying why) before reading it.
+    async fn close(&mut self) -> io::Result<()> {
+        tokio::time::timeout(CLOSE_FLUSH, self.flush())
+            .await
+            .unwrap_or(Ok(()))?;
+        self.stream.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        let drain = async {
+            while self.stream.read(&mut sink).await? > 0 {}
+            io::Result::Ok(())
+        };
+        let _ = tokio::time::timeout(LINGER, drain).await;
+        Ok(())
+    }
+
     async fn flush(&mut self) -> io::Result<()> {
         self.stream.write_all_buf(&mut self.write_buf).await?;
         self.stream.flush().await
@@ -195,6 +277,10 @@ impl Connection {
             }
             match command::parse(args) {
                 Ok(Command::Lease(command)) => {
+                    if let Err(reply) = command.check_id_len(self.shared.config.lease_max_id_len) {
+                        slots.push(Slot::Ready(self.protocol, reply));
+                        continue;
+                    }
                     lease_commands.push(command);
                     slots.push(Slot::Core(self.protocol));
                 }
@@ -423,6 +509,11 @@ const NOAUTH: &str = "NOAUTH Authentication required.";
 const HELLO_NOAUTH: &str = "NOAUTH HELLO must be called with the client already authenticated, \
      otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate \
      the client and select the RESP protocol version at the same time";
+
+/// Redis closes such a client without a word; saying why helps whoever
+/// reads the client's log.
+const QUERY_BUFFER_FULL: &str =
+    "ERR Protocol error: query buffer limit reached (client-query-buffer-limit)";
 
 /// What a client may send before it has authenticated.
 fn allowed_before_auth(args: &[Bytes]) -> bool {

@@ -8,7 +8,7 @@ use leased::ceiling::DataDir;
 use leased::config::{Config, ConfigError, LogLevel};
 use leased::server;
 use tracing::level_filters::LevelFilter;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 fn main() -> ExitCode {
     let config = match Config::from_args(std::env::args_os()) {
@@ -59,10 +59,32 @@ async fn start(config: Config) -> Result<(), String> {
             .as_ref()
             .map_or("none".to_string(), |path| path.display().to_string()),
     );
+    raise_open_files_limit(config.maxclients);
     let data_dir = DataDir::open(&config.dir).map_err(|e| e.to_string())?;
     info!("Data directory: {}", absolute(&config.dir));
     let listeners = server::bind(&config).await?;
     server::run(config, listeners, data_dir, std::future::pending()).await
+}
+
+/// Descriptors kept beyond one per client: listeners, the log, the data
+/// directory's files, as Redis reserves 32.
+const RESERVED_FDS: u64 = 32;
+
+/// Raises the soft open-files limit so that `maxclients` clients fit, as
+/// far as the hard limit allows, as Redis does at start-up; a default soft
+/// limit of 1024 would otherwise refuse connections long before it.
+fn raise_open_files_limit(maxclients: usize) {
+    let wanted = (maxclients as u64).saturating_add(RESERVED_FDS);
+    match rlimit::increase_nofile_limit(wanted) {
+        Ok(got) if got < wanted => warn!(
+            "The open files limit ({got}) is too low for maxclients {maxclients}: at most \
+             about {} clients can connect. Raise it with 'ulimit -n' (or LimitNOFILE= in \
+             systemd), or lower maxclients.",
+            got.saturating_sub(RESERVED_FDS)
+        ),
+        Ok(_) => {}
+        Err(error) => warn!("Cannot read or raise the open files limit: {error}"),
+    }
 }
 
 fn absolute(path: &std::path::Path) -> String {

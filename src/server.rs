@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio_util::sync::CancellationToken;
@@ -25,7 +25,7 @@ use tracing::{info, warn};
 use crate::ceiling::DataDir;
 use crate::command::CommandName;
 use crate::config::Config;
-use crate::connection::Connection;
+use crate::connection::{Connection, LINGER};
 use crate::core::{Core, load_state};
 use crate::reply::Protocol;
 
@@ -306,10 +306,19 @@ async fn accept_loop(
 }
 
 /// A client over `maxclients` is told so, as Redis does, and closed; a
-/// client that does not read the error is not waited for long.
+/// client that does not read the error is not waited for long. Its input
+/// is discarded for a moment first (see `Connection::close`), or a PING it
+/// sent at once would reset the connection before it read the error.
 async fn refuse(mut stream: TcpStream) {
     let error = b"-ERR max number of clients reached\r\n";
-    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(error)).await;
+    let refusing = async {
+        stream.write_all(error).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 1024];
+        while stream.read(&mut sink).await? > 0 {}
+        std::io::Result::Ok(())
+    };
+    let _ = tokio::time::timeout(LINGER, refusing).await;
 }
 
 fn open_connection(

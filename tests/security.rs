@@ -222,15 +222,15 @@ fn maxclients_refuses_one_more_and_the_others_go_on() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         let client = redis::Client::open(server.url()).unwrap();
-        match client.get_connection() {
-            Ok(mut con) => match redis::cmd("PING").query::<Value>(&mut con) {
-                Ok(pong) => {
-                    assert_eq!(pong, status("PONG"));
-                    break;
-                }
-                Err(e) => assert!(e.to_string().contains("max number of clients"), "{e}"),
-            },
-            Err(e) => assert!(e.to_string().contains("max number of clients"), "{e}"),
+        // Refused while the server has not yet seen the other leave. The
+        // crate takes the refusal as the reply to its CLIENT SETINFO, which
+        // it ignores, and may then see only the closed socket.
+        let pong = client
+            .get_connection()
+            .and_then(|mut con| redis::cmd("PING").query::<Value>(&mut con));
+        if let Ok(pong) = pong {
+            assert_eq!(pong, status("PONG"));
+            break;
         }
         assert!(
             std::time::Instant::now() < deadline,

@@ -65,6 +65,33 @@ impl LeaseCommand {
                 | LeaseCommand::Release { .. }
         )
     }
+
+    /// The error for a run or worker id longer than `max` bytes, if any.
+    /// Lease ids are not checked: one longer than any id could make is
+    /// simply not found.
+    pub fn check_id_len(&self, max: usize) -> Result<(), Reply> {
+        let (run_id, worker_id) = match self {
+            LeaseCommand::Acquire {
+                run_id, worker_id, ..
+            } => (run_id, Some(worker_id)),
+            LeaseCommand::Validate { run_id, .. } | LeaseCommand::Get { run_id, .. } => {
+                (run_id, None)
+            }
+            _ => return Ok(()),
+        };
+        let too_long = |what: &str| {
+            Reply::error(format!(
+                "ERR {what} id is longer than {max} bytes (lease-max-id-len)"
+            ))
+        };
+        if run_id.len() > max {
+            return Err(too_long("run"));
+        }
+        if worker_id.is_some_and(|id| id.len() > max) {
+            return Err(too_long("worker"));
+        }
+        Ok(())
+    }
 }
 
 /// `CLIENT SETINFO` attributes.
