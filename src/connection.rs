@@ -79,10 +79,7 @@ impl Connection {
         core: CoreHandle,
     ) -> Connection {
         let authenticated = shared.config.requirepass.is_empty();
-        let limits = Limits {
-            max_bulk_len: shared.config.proto_max_bulk_len,
-            ..Limits::default()
-        };
+        let limits = decoder_limits(&shared, authenticated);
         Connection {
             stream,
             client,
@@ -121,10 +118,22 @@ impl Connection {
         tokio::pin!(idle);
         let mut requests = Vec::new();
         loop {
-            let decoded = self.decoder.decode(&mut self.read_buf, &mut requests);
+            // Before AUTH, one request at a time: an AUTH lifts the
+            // unauthenticated limits for the request after it.
+            let was_authenticated = self.authenticated;
+            let decoded = if was_authenticated {
+                self.decoder.decode(&mut self.read_buf, &mut requests)
+            } else {
+                self.decoder.decode_one(&mut self.read_buf, &mut requests)
+            };
             let mut after = After::Continue;
-            if !requests.is_empty() {
+            let had_requests = !requests.is_empty();
+            if had_requests {
                 after = self.execute(&mut requests).await;
+            }
+            if self.authenticated != was_authenticated {
+                self.decoder
+                    .set_limits(decoder_limits(&self.shared, self.authenticated));
             }
             if after == After::Continue
                 && let Err(error) = decoded
@@ -159,6 +168,10 @@ impl Connection {
                     self.write_buf.len()
                 );
                 return Ok(());
+            }
+            if !was_authenticated && had_requests && !self.read_buf.is_empty() {
+                // More may be complete already: decode before reading.
+                continue;
             }
             self.read_buf.reserve(READ_CHUNK);
             self.report_status();
@@ -509,6 +522,16 @@ const NOAUTH: &str = "NOAUTH Authentication required.";
 const HELLO_NOAUTH: &str = "NOAUTH HELLO must be called with the client already authenticated, \
      otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate \
      the client and select the RESP protocol version at the same time";
+
+/// The decoder's limits: `proto-max-bulk-len`, and Redis's smaller ones
+/// for a client that has yet to give the password.
+fn decoder_limits(shared: &Shared, authenticated: bool) -> Limits {
+    Limits {
+        max_bulk_len: shared.config.proto_max_bulk_len,
+        unauthenticated: !authenticated,
+        ..Limits::default()
+    }
+}
 
 /// Redis closes such a client without a word; saying why helps whoever
 /// reads the client's log.

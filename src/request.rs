@@ -35,7 +35,18 @@ pub struct Limits {
     pub max_args: usize,
     /// The longest inline request line, and the longest header line.
     pub max_inline_len: usize,
+    /// Whether the client has yet to authenticate to a server that wants a
+    /// password: then, as in Redis 7, a request may have at most
+    /// [`UNAUTHENTICATED_MAX_ARGS`] arguments of at most
+    /// [`UNAUTHENTICATED_MAX_BULK_LEN`] bytes, so a stranger cannot make the
+    /// server buffer much.
+    pub unauthenticated: bool,
 }
+
+/// Redis's limits for a client that has not authenticated: enough for
+/// `AUTH` and `HELLO 3 AUTH user pass SETNAME name`.
+pub const UNAUTHENTICATED_MAX_ARGS: usize = 10;
+pub const UNAUTHENTICATED_MAX_BULK_LEN: usize = 16384;
 
 impl Default for Limits {
     fn default() -> Limits {
@@ -43,6 +54,7 @@ impl Default for Limits {
             max_bulk_len: 512 * 1024 * 1024,
             max_args: 1024 * 1024,
             max_inline_len: 64 * 1024,
+            unauthenticated: false,
         }
     }
 }
@@ -61,6 +73,8 @@ pub enum ProtocolError {
     TooBigMultibulkCount,
     /// A `*` count that is not a number or is above `max_args`.
     InvalidMultibulkLength,
+    /// A `*` count above [`UNAUTHENTICATED_MAX_ARGS`] before authentication.
+    UnauthenticatedMultibulkLength,
     /// A `*` header whose `\r` is followed by something other than `\n`.
     MultibulkLengthNotTerminated,
     /// An argument that does not start with `$`; holds the byte found instead.
@@ -70,6 +84,9 @@ pub enum ProtocolError {
     /// A `$` length that is not a number, is negative, or is above
     /// `max_bulk_len`.
     InvalidBulkLength,
+    /// A `$` length above [`UNAUTHENTICATED_MAX_BULK_LEN`] before
+    /// authentication.
+    UnauthenticatedBulkLength,
     /// A `$` header whose `\r` is followed by something other than `\n`.
     BulkLengthNotTerminated,
     /// Bulk data not followed by exactly `\r\n`: the announced length was
@@ -85,6 +102,7 @@ impl ProtocolError {
             ProtocolError::UnbalancedQuotes => "unbalanced quotes in request",
             ProtocolError::TooBigMultibulkCount => "too big mbulk count string",
             ProtocolError::InvalidMultibulkLength => "invalid multibulk length",
+            ProtocolError::UnauthenticatedMultibulkLength => "unauthenticated multibulk length",
             ProtocolError::MultibulkLengthNotTerminated => {
                 r"expected '\n' after '\r' in multibulk length"
             }
@@ -96,6 +114,7 @@ impl ProtocolError {
             }
             ProtocolError::TooBigBulkCount => "too big bulk count string",
             ProtocolError::InvalidBulkLength => "invalid bulk length",
+            ProtocolError::UnauthenticatedBulkLength => "unauthenticated bulk length",
             ProtocolError::BulkLengthNotTerminated => r"expected '\n' after '\r' in bulk length",
             ProtocolError::BulkDataNotTerminated => r"expected '\r\n' after bulk data",
         };
@@ -232,14 +251,45 @@ impl RequestDecoder {
         buf: &mut BytesMut,
         out: &mut Vec<Vec<Bytes>>,
     ) -> Result<(), ProtocolError> {
+        self.decode_up_to(buf, out, usize::MAX)
+    }
+
+    /// [`RequestDecoder::decode`], but stops after the first non-empty
+    /// request, so the limits can change before the next is decoded (an
+    /// `AUTH` lifts the unauthenticated ones).
+    pub fn decode_one(
+        &mut self,
+        buf: &mut BytesMut,
+        out: &mut Vec<Vec<Bytes>>,
+    ) -> Result<(), ProtocolError> {
+        self.decode_up_to(buf, out, 1)
+    }
+
+    /// The limits for the requests decoded from now on. A request already
+    /// partly decoded keeps the verdicts it had on its headers.
+    pub fn set_limits(&mut self, limits: Limits) {
+        self.limits = limits;
+    }
+
+    fn decode_up_to(
+        &mut self,
+        buf: &mut BytesMut,
+        out: &mut Vec<Vec<Bytes>>,
+        max_requests: usize,
+    ) -> Result<(), ProtocolError> {
         if let State::Failed(error) = &self.state {
             return Err(error.clone());
         }
+        let mut decoded = 0;
         loop {
             match self.step(buf) {
                 Ok(Progress::Request(args)) => {
                     if !args.is_empty() {
                         out.push(args);
+                        decoded += 1;
+                        if decoded == max_requests {
+                            return Ok(());
+                        }
                     }
                 }
                 Ok(Progress::Incomplete) => return Ok(()),
@@ -292,6 +342,9 @@ impl RequestDecoder {
                         parse_i64(&buf[1..cr]).ok_or(ProtocolError::InvalidMultibulkLength)?;
                     // Refused on the header alone, before a single argument is awaited.
                     let expected = match usize::try_from(count) {
+                        Ok(n) if limits.unauthenticated && n > UNAUTHENTICATED_MAX_ARGS => {
+                            return Err(ProtocolError::UnauthenticatedMultibulkLength);
+                        }
                         Ok(n) if n <= limits.max_args => n,
                         Ok(_) => return Err(ProtocolError::InvalidMultibulkLength),
                         // Redis takes any count below 1 as an empty request.
@@ -362,7 +415,13 @@ impl Multibulk {
                         Scan::TooLong => return Err(ProtocolError::TooBigBulkCount),
                     };
                     // Refused on the header alone: the data is never awaited.
-                    let len = parse_i64(&buf[self.next + 1..cr])
+                    let len = parse_i64(&buf[self.next + 1..cr]);
+                    if limits.unauthenticated
+                        && len.is_some_and(|n| n > UNAUTHENTICATED_MAX_BULK_LEN as i64)
+                    {
+                        return Err(ProtocolError::UnauthenticatedBulkLength);
+                    }
+                    let len = len
                         .and_then(|n| usize::try_from(n).ok())
                         .filter(|&n| n <= limits.max_bulk_len)
                         .ok_or(ProtocolError::InvalidBulkLength)?;
@@ -491,7 +550,69 @@ mod tests {
             max_bulk_len,
             max_args,
             max_inline_len,
+            unauthenticated: false,
         }
+    }
+
+    fn args(words: &[&str]) -> Vec<Bytes> {
+        words
+            .iter()
+            .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+            .collect()
+    }
+
+    #[test]
+    fn unauthenticated_clients_get_redis_smaller_limits() {
+        let strict = Limits {
+            unauthenticated: true,
+            ..Limits::default()
+        };
+        let ten = format!("*10\r\n{}", "$1\r\na\r\n".repeat(10));
+        assert_eq!(feed(strict, ten.as_bytes()).requests.len(), 1);
+        fails_with(
+            strict,
+            b"*11\r\n",
+            &[],
+            ProtocolError::UnauthenticatedMultibulkLength,
+        );
+        let longest = format!("*1\r\n$16384\r\n{}\r\n", "x".repeat(16384));
+        assert_eq!(feed(strict, longest.as_bytes()).requests.len(), 1);
+        fails_with(
+            strict,
+            b"*2\r\n$4\r\nAUTH\r\n$16385\r\n",
+            &[],
+            ProtocolError::UnauthenticatedBulkLength,
+        );
+        assert_eq!(
+            ProtocolError::UnauthenticatedBulkLength.message(),
+            "ERR Protocol error: unauthenticated bulk length"
+        );
+        // The usual limits still apply beyond them.
+        fails_with(
+            strict,
+            b"*x\r\n",
+            &[],
+            ProtocolError::InvalidMultibulkLength,
+        );
+    }
+
+    #[test]
+    fn decode_one_stops_after_a_request_so_limits_can_change() {
+        let strict = Limits {
+            unauthenticated: true,
+            ..Limits::default()
+        };
+        let mut decoder = RequestDecoder::new(strict);
+        let mut stream = BytesMut::from(&b"\r\nAUTH pw\r\n*1\r\n$16385\r\n"[..]);
+        let mut out = Vec::new();
+        decoder.decode_one(&mut stream, &mut out).unwrap();
+        // The blank line counts for nothing; AUTH is the one request.
+        assert_eq!(out, vec![args(&["AUTH", "pw"])]);
+        assert_eq!(&stream[..], b"*1\r\n$16385\r\n");
+        decoder.set_limits(Limits::default());
+        out.clear();
+        decoder.decode_one(&mut stream, &mut out).unwrap();
+        assert!(out.is_empty(), "the 16385-byte argument is awaited");
     }
 
     // ---- multibulk ----

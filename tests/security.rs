@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::io::Write;
 use std::process::Command;
 
 use common::{Server, error, field, pairs, run, run_to_exit};
@@ -238,4 +239,47 @@ fn maxclients_refuses_one_more_and_the_others_go_on() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+#[test]
+fn unauthenticated_clients_get_redis_smaller_request_limits() {
+    let server = with_password();
+    for (header, reply) in [
+        (
+            &b"*11\r\n"[..],
+            &b"-ERR Protocol error: unauthenticated multibulk length\r\n"[..],
+        ),
+        (
+            b"*2\r\n$4\r\nAUTH\r\n$16385\r\n",
+            b"-ERR Protocol error: unauthenticated bulk length\r\n",
+        ),
+    ] {
+        let mut s = server.raw();
+        s.write_all(header).unwrap();
+        assert_eq!(
+            common::show(&common::read_to_close(&mut s)),
+            common::show(reply)
+        );
+    }
+    // In one write: a refused PING, AUTH, then an argument far over the
+    // unauthenticated limit, which AUTH has lifted by the time it is read.
+    let big = vec![b'b'; 100_000];
+    let mut stream = common::resp(&[b"PING"]);
+    stream.extend(common::resp(&[b"AUTH", PASSWORD.as_bytes()]));
+    stream.extend(common::resp(&[b"ECHO", &big]));
+    let mut expected = b"-NOAUTH Authentication required.\r\n+OK\r\n$100000\r\n".to_vec();
+    expected.extend(&big);
+    expected.extend(b"\r\n");
+    let mut s = server.raw();
+    let got = common::exchange(&mut s, &stream, expected.len());
+    assert!(
+        got == expected,
+        "{}",
+        common::show(&got[..got.len().min(80)])
+    );
+    // Without requirepass there is no such limit.
+    let open = Server::start();
+    let mut s = open.raw();
+    let got = common::exchange(&mut s, &common::resp(&[b"ECHO", &big]), 100_011);
+    assert_eq!(got.len(), 100_011);
 }
