@@ -517,5 +517,7 @@ fn id_matches(lease_id: &[u8], entry: &Slot) -> bool {
         && &token_part[1..] == token
 }
 
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod model;
 #[cfg(test)]
 mod tests;

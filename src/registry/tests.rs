@@ -1,3 +1,4 @@
+use super::model::{Cmd, Model, Reply, apply, check_state};
 use super::*;
 
 use proptest::prelude::*;
@@ -8,82 +9,6 @@ use proptest::sample::{Index, select};
 // registry's answer to it. The table test, the unit tests' helpers and
 // the property tests all speak it.
 // ---------------------------------------------------------------
-
-#[derive(Clone, Debug)]
-enum Cmd {
-    Acquire {
-        run: Vec<u8>,
-        worker: Vec<u8>,
-        now: f64,
-        ttl: Option<f64>,
-    },
-    Heartbeat {
-        lease_id: Vec<u8>,
-        token: u64,
-        now: f64,
-    },
-    Validate {
-        run: Vec<u8>,
-        lease_id: Vec<u8>,
-        token: u64,
-        now: f64,
-    },
-    Release {
-        lease_id: Vec<u8>,
-        token: u64,
-    },
-    Get {
-        run: Vec<u8>,
-        now: f64,
-    },
-    SetCeiling(u64),
-}
-
-#[derive(Clone, Debug, PartialEq)]
-enum Reply {
-    Acquired(Result<Option<Lease>, TokenError>),
-    Flag(bool),
-    Got(Option<(Lease, bool)>),
-    Done,
-}
-
-impl Reply {
-    /// The lease this reply carries, if any.
-    fn lease(&self) -> Option<&Lease> {
-        match self {
-            Reply::Acquired(Ok(Some(lease))) | Reply::Got(Some((lease, _))) => Some(lease),
-            _ => None,
-        }
-    }
-}
-
-fn apply(registry: &mut Registry, cmd: &Cmd) -> Reply {
-    match cmd {
-        Cmd::Acquire {
-            run,
-            worker,
-            now,
-            ttl,
-        } => Reply::Acquired(registry.acquire(run, worker, *now, *ttl)),
-        Cmd::Heartbeat {
-            lease_id,
-            token,
-            now,
-        } => Reply::Flag(registry.heartbeat(lease_id, *token, *now)),
-        Cmd::Validate {
-            run,
-            lease_id,
-            token,
-            now,
-        } => Reply::Flag(registry.validate(run, lease_id, *token, *now)),
-        Cmd::Release { lease_id, token } => Reply::Flag(registry.release(lease_id, *token)),
-        Cmd::Get { run, now } => Reply::Got(registry.get(run, *now)),
-        Cmd::SetCeiling(ceiling) => {
-            registry.set_token_ceiling(*ceiling);
-            Reply::Done
-        }
-    }
-}
 
 fn lease(run: &[u8], worker: &[u8], token: u64, expires_at: f64) -> Lease {
     Lease {
@@ -827,189 +752,6 @@ fn len_counts_active_and_expired_leases() {
 }
 
 // ---------------------------------------------------------------
-// The reference model: every lease ever issued in a Vec, found by
-// linear scans, lease ids built whole and compared whole, time as a
-// plain max. Written from the contract, not from the code above.
-// ---------------------------------------------------------------
-
-#[derive(Clone, Debug)]
-struct ModelLease {
-    run: Vec<u8>,
-    worker: Vec<u8>,
-    token: u64,
-    expires_at: f64,
-    ttl: f64,
-    /// Neither released nor taken over.
-    current: bool,
-}
-
-impl ModelLease {
-    fn id(&self) -> Vec<u8> {
-        [
-            &self.run[..],
-            b":",
-            &self.worker[..],
-            b":",
-            self.token.to_string().as_bytes(),
-        ]
-        .concat()
-    }
-
-    fn lease(&self) -> Lease {
-        lease(&self.run, &self.worker, self.token, self.expires_at)
-    }
-}
-
-#[derive(Debug)]
-struct Model {
-    /// Every lease ever issued, oldest first.
-    issued: Vec<ModelLease>,
-    last_token: u64,
-    ceiling: u64,
-    time: f64,
-    default_ttl: f64,
-    /// Seconds an expired lease stays; infinite keeps it forever.
-    retention: f64,
-}
-
-impl Model {
-    fn new(default_ttl: f64, last_token: u64, ceiling: u64) -> Model {
-        Model {
-            issued: Vec::new(),
-            last_token,
-            ceiling,
-            time: f64::NEG_INFINITY,
-            default_ttl,
-            retention: f64::INFINITY,
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.issued.iter().filter(|l| l.current).count()
-    }
-
-    /// Moves time on; a lease whose retention has run out is gone.
-    fn see(&mut self, now: f64) -> f64 {
-        self.time = self.time.max(now);
-        let time = self.time;
-        let retention = self.retention;
-        for lease in &mut self.issued {
-            if lease.expires_at + retention <= time {
-                lease.current = false;
-            }
-        }
-        self.time
-    }
-
-    /// The run's current lease.
-    fn current_of(&self, run: &[u8]) -> Option<usize> {
-        let found: Vec<usize> = (0..self.issued.len())
-            .filter(|&i| self.issued[i].current && self.issued[i].run == run)
-            .collect();
-        assert!(found.len() <= 1, "model bug: two current leases");
-        found.first().copied()
-    }
-
-    /// The current lease whose whole id and token are these.
-    fn named(&self, lease_id: &[u8], token: u64) -> Option<usize> {
-        (0..self.issued.len()).find(|&i| {
-            let l = &self.issued[i];
-            l.current && l.token == token && l.id() == lease_id
-        })
-    }
-
-    fn apply(&mut self, cmd: &Cmd) -> Reply {
-        match cmd {
-            Cmd::Acquire {
-                run,
-                worker,
-                now,
-                ttl,
-            } => {
-                let t = self.see(*now);
-                let previous = self.current_of(run);
-                if let Some(i) = previous
-                    && self.issued[i].expires_at > t
-                {
-                    return Reply::Acquired(Ok(None));
-                }
-                // last_token <= MAX_TOKEN < u64::MAX, so this cannot overflow.
-                let next = self.last_token + 1;
-                if next > MAX_TOKEN {
-                    return Reply::Acquired(Err(TokenError::Exhausted));
-                }
-                if next > self.ceiling {
-                    return Reply::Acquired(Err(TokenError::CeilingReached));
-                }
-                self.last_token = next;
-                if let Some(i) = previous {
-                    self.issued[i].current = false;
-                }
-                let ttl = ttl.unwrap_or(self.default_ttl);
-                let new = ModelLease {
-                    run: run.clone(),
-                    worker: worker.clone(),
-                    token: next,
-                    expires_at: t + ttl,
-                    ttl,
-                    current: true,
-                };
-                let reply = Reply::Acquired(Ok(Some(new.lease())));
-                self.issued.push(new);
-                reply
-            }
-            Cmd::Heartbeat {
-                lease_id,
-                token,
-                now,
-            } => {
-                let t = self.see(*now);
-                match self.named(lease_id, *token) {
-                    Some(i) if self.issued[i].expires_at > t => {
-                        self.issued[i].expires_at = t + self.issued[i].ttl;
-                        Reply::Flag(true)
-                    }
-                    _ => Reply::Flag(false),
-                }
-            }
-            Cmd::Validate {
-                run,
-                lease_id,
-                token,
-                now,
-            } => {
-                let t = self.see(*now);
-                Reply::Flag(self.issued.iter().any(|l| {
-                    l.current
-                        && l.run == *run
-                        && l.token == *token
-                        && l.id() == *lease_id
-                        && l.expires_at > t
-                }))
-            }
-            Cmd::Release { lease_id, token } => match self.named(lease_id, *token) {
-                Some(i) => {
-                    self.issued[i].current = false;
-                    Reply::Flag(true)
-                }
-                None => Reply::Flag(false),
-            },
-            Cmd::Get { run, now } => {
-                let t = self.see(*now);
-                Reply::Got(self.current_of(run).map(|i| {
-                    let l = &self.issued[i];
-                    (l.lease(), l.expires_at <= t)
-                }))
-            }
-            Cmd::SetCeiling(ceiling) => {
-                self.ceiling = self.ceiling.max(*ceiling);
-                Reply::Done
-            }
-        }
-    }
-}
-
-// ---------------------------------------------------------------
 // Random operation sequences, run against both.
 // ---------------------------------------------------------------
 
@@ -1270,28 +1012,8 @@ fn check_with_retention(
             prop_assert_eq!(lease.lease_id(), id, "step {}", step);
         }
         registry.reclaim(sweep);
-        // Leases past retention count until the sweep reaches them.
-        let unswept = past_retention(&registry);
-        prop_assert_eq!(
-            registry.len() - unswept,
-            model.len(),
-            "len after step {}",
-            step
-        );
-        let expired = model
-            .issued
-            .iter()
-            .filter(|l| l.current && l.expires_at <= model.time)
-            .count();
-        prop_assert_eq!(
-            registry.expired_count() - unswept,
-            expired,
-            "expired after step {}",
-            step
-        );
-        prop_assert_eq!(registry.last_token(), model.last_token, "step {}", step);
-        prop_assert_eq!(registry.token_ceiling(), model.ceiling, "step {}", step);
-        prop_assert_eq!(registry.time(), model.time, "time after step {}", step);
+        check_state(&registry, &model)
+            .map_err(|error| TestCaseError::fail(format!("after step {step}: {error}")))?;
     }
     // Finally, every run the registry holds matches the model.
     let t = model.time;
@@ -1303,18 +1025,6 @@ fn check_with_retention(
         prop_assert_eq!(Reply::Got(registry.get(run, t)), want);
     }
     Ok(())
-}
-
-/// How many leases the registry still holds past their retention.
-fn past_retention(registry: &Registry) -> usize {
-    let mut count = 0;
-    let mut from = Some(0);
-    while let Some(at) = from {
-        from = registry.snapshot(at, 100, |e| {
-            count += usize::from(e.expires_at + registry.retention <= registry.time());
-        });
-    }
-    count
 }
 
 /// Every lease a registry holds, in token order, for comparing state.
