@@ -10,14 +10,17 @@
 //! large burst before reading anything must not deadlock against us.
 
 use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::{Context, Poll, Waker, ready};
 use std::time::{Duration, SystemTime};
 
 use bytes::{Buf, Bytes, BytesMut};
 use subtle::ConstantTimeEq;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_util::io::{poll_read_buf, poll_write_buf};
 use tracing::debug;
 
 use crate::command::{self, ClientAttr, ClientFilter, Command, CommandName, docs};
@@ -31,8 +34,9 @@ const READ_CHUNK: usize = 16 * 1024;
 /// How long shutdown waits for a client to take its last replies.
 const FINAL_FLUSH: Duration = Duration::from_secs(1);
 
-pub struct Connection {
-    stream: TcpStream,
+/// A client's session over `S`: a `TcpStream`, or a TLS stream over one.
+pub struct Connection<S = TcpStream> {
+    stream: S,
     client: Arc<ClientEntry>,
     shared: Arc<Shared>,
     core: CoreHandle,
@@ -44,6 +48,9 @@ pub struct Connection {
     last_command: Option<CommandName>,
     /// Whether the client may run commands: always without `requirepass`.
     authenticated: bool,
+    /// Bytes the stream took but may not have sent yet (TLS records it
+    /// could not pass to the socket); never set for a `TcpStream`.
+    unflushed: bool,
 }
 
 /// Where a request's reply comes from, and the protocol to encode it in.
@@ -63,13 +70,13 @@ enum After {
     Shutdown,
 }
 
-impl Connection {
+impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     pub fn new(
-        stream: TcpStream,
+        stream: S,
         client: Arc<ClientEntry>,
         shared: Arc<Shared>,
         core: CoreHandle,
-    ) -> Connection {
+    ) -> Connection<S> {
         let authenticated = shared.config.requirepass.is_empty();
         Connection {
             stream,
@@ -82,6 +89,7 @@ impl Connection {
             protocol: Protocol::Resp2,
             last_command: None,
             authenticated,
+            unflushed: false,
         }
     }
 
@@ -124,21 +132,17 @@ impl Connection {
             self.write_now()?;
             self.read_buf.reserve(READ_CHUNK);
             self.report_status();
-            let (mut reader, mut writer) = self.stream.split();
             tokio::select! {
                 _ = &mut cancelled => {
                     return tokio::time::timeout(FINAL_FLUSH, self.flush())
                         .await
                         .unwrap_or(Ok(()));
                 }
-                read = reader.read_buf(&mut self.read_buf) => {
-                    if read? == 0 {
+                read = std::future::poll_fn(|cx| self.poll_io(cx)) => {
+                    if read? == Some(0) {
                         // The client closed its side; it may still read.
                         return self.flush().await;
                     }
-                }
-                written = writer.write_buf(&mut self.write_buf), if !self.write_buf.is_empty() => {
-                    written?;
                 }
             }
         }
@@ -151,12 +155,52 @@ impl Connection {
         if self.write_buf.is_empty() {
             return Ok(());
         }
-        match self.stream.try_write(&self.write_buf) {
-            Ok(written) => self.write_buf.advance(written),
-            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
-            Err(error) => return Err(error),
+        // Polled with a waker that does nothing: for a `TcpStream` this is
+        // `try_write`; `poll_io` registers the real waker if needed.
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut stream = Pin::new(&mut self.stream);
+        if let Poll::Ready(written) = stream.as_mut().poll_write(&mut cx, &self.write_buf) {
+            self.write_buf.advance(written?);
+            // A TLS stream may keep records it could not send yet.
+            self.unflushed = stream.poll_flush(&mut cx)?.is_pending();
         }
         Ok(())
+    }
+
+    /// Sends pending output while reading, until a read completes (with
+    /// its byte count) or the output is all out (`None`).
+    fn poll_io(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<usize>>> {
+        if (!self.write_buf.is_empty() || self.unflushed)
+            && let Poll::Ready(result) = self.poll_output(cx)
+        {
+            return Poll::Ready(result.map(|()| None));
+        }
+        match ready!(poll_read_buf(
+            Pin::new(&mut self.stream),
+            cx,
+            &mut self.read_buf
+        )) {
+            // A TLS client that closes without close_notify: taken as a
+            // plain close, so it still gets the replies it waits for.
+            Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => Poll::Ready(Ok(Some(0))),
+            read => Poll::Ready(read.map(Some)),
+        }
+    }
+
+    fn poll_output(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.write_buf.is_empty() {
+            let written = ready!(poll_write_buf(
+                Pin::new(&mut self.stream),
+                cx,
+                &mut self.write_buf
+            ))?;
+            if written == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+        }
+        ready!(Pin::new(&mut self.stream).poll_flush(cx))?;
+        self.unflushed = false;
+        Poll::Ready(Ok(()))
     }
 
     /// Publishes what `CLIENT LIST` shows of this connection.
@@ -170,9 +214,11 @@ impl Connection {
         meta.output_capacity = self.write_buf.capacity();
     }
 
+    /// Writes the last replies and closes the sending side (with a TLS
+    /// close_notify).
     async fn flush(&mut self) -> io::Result<()> {
         self.stream.write_all_buf(&mut self.write_buf).await?;
-        self.stream.flush().await
+        self.stream.shutdown().await
     }
 
     /// Runs one read's requests and encodes their replies in order.
