@@ -57,6 +57,28 @@ impl LogLevel {
     }
 }
 
+/// `tls-auth-clients`: whether a TLS client must present a certificate
+/// signed by one of `tls-ca-cert-file`'s CAs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TlsAuthClients {
+    /// A client without a valid certificate is refused.
+    Yes,
+    /// A certificate is asked for; one that is presented must be valid.
+    Optional,
+    /// No certificate is asked for.
+    No,
+}
+
+impl TlsAuthClients {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TlsAuthClients::Yes => "yes",
+            TlsAuthClients::Optional => "optional",
+            TlsAuthClients::No => "no",
+        }
+    }
+}
+
 /// The server's settings, after the file and the command line.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -105,6 +127,16 @@ pub struct Config {
     pub client_output_buffer_limit: OutputLimit,
     /// The longest run or worker id a lease command accepts.
     pub lease_max_id_len: usize,
+    /// TLS port on every `bind` address; 0: no TLS listener.
+    pub tls_port: u16,
+    /// The server's certificate chain and private key (PEM), needed with
+    /// a `tls_port`.
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_key_file: Option<PathBuf>,
+    /// The CAs (PEM bundle) that client certificates must be signed by.
+    pub tls_ca_cert_file: Option<PathBuf>,
+    /// Whether TLS clients must present a certificate.
+    pub tls_auth_clients: TlsAuthClients,
     /// The configuration file read at start-up, if any.
     pub config_file: Option<PathBuf>,
 }
@@ -391,6 +423,51 @@ static DIRECTIVES: &[Directive] = &[
         set: set_lease_max_id_len,
         show: |c| c.lease_max_id_len.to_string(),
     },
+    Directive {
+        name: "tls-port",
+        default: &["0"],
+        value_name: "PORT",
+        help: "TLS port to listen on as well, on every bind address; 0 turns TLS off",
+        arity: Arity::One,
+        set: set_tls_port,
+        show: |c| c.tls_port.to_string(),
+    },
+    Directive {
+        name: "tls-cert-file",
+        default: &[""],
+        value_name: "PATH",
+        help: "The server's certificate chain (PEM), needed with tls-port",
+        arity: Arity::One,
+        set: |c, args| set_path(&mut c.tls_cert_file, &args[0]),
+        show: |c| show_path(&c.tls_cert_file),
+    },
+    Directive {
+        name: "tls-key-file",
+        default: &[""],
+        value_name: "PATH",
+        help: "The private key of tls-cert-file (PEM, unencrypted), needed with tls-port",
+        arity: Arity::One,
+        set: |c, args| set_path(&mut c.tls_key_file, &args[0]),
+        show: |c| show_path(&c.tls_key_file),
+    },
+    Directive {
+        name: "tls-ca-cert-file",
+        default: &[""],
+        value_name: "PATH",
+        help: "CA certificates (PEM) that sign client certificates, needed unless tls-auth-clients is no",
+        arity: Arity::One,
+        set: |c, args| set_path(&mut c.tls_ca_cert_file, &args[0]),
+        show: |c| show_path(&c.tls_ca_cert_file),
+    },
+    Directive {
+        name: "tls-auth-clients",
+        default: &["yes"],
+        value_name: "yes|no|optional",
+        help: "TLS clients need a certificate signed by tls-ca-cert-file (yes), may present one (optional), or are not asked (no)",
+        arity: Arity::One,
+        set: set_tls_auth_clients,
+        show: |c| c.tls_auth_clients.as_str().to_owned(),
+    },
 ];
 
 /// Settings that Redis tools query (redis-benchmark asks for `save` and
@@ -414,6 +491,34 @@ fn integer_in<T: TryFrom<i64>>(arg: &str, range: RangeInclusive<i64>) -> Option<
 fn set_port(config: &mut Config, args: &[String]) -> Result<(), String> {
     config.port = integer_in(&args[0], 0..=65535)
         .ok_or("invalid port (expected an integer from 0 to 65535)")?;
+    Ok(())
+}
+
+fn set_tls_port(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.tls_port = integer_in(&args[0], 0..=65535)
+        .ok_or("invalid tls-port (expected an integer from 0 to 65535)")?;
+    Ok(())
+}
+
+/// A file path; the empty string, as in Redis, for none.
+fn set_path(field: &mut Option<PathBuf>, arg: &str) -> Result<(), String> {
+    *field = (!arg.is_empty()).then(|| PathBuf::from(arg));
+    Ok(())
+}
+
+fn show_path(path: &Option<PathBuf>) -> String {
+    path.as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
+}
+
+fn set_tls_auth_clients(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.tls_auth_clients = match args[0].to_ascii_lowercase().as_str() {
+        "yes" => TlsAuthClients::Yes,
+        "optional" => TlsAuthClients::Optional,
+        "no" => TlsAuthClients::No,
+        _ => return Err("invalid tls-auth-clients (expected yes, no or optional)".into()),
+    };
     Ok(())
 }
 
@@ -647,6 +752,11 @@ impl Default for Config {
                 soft_seconds: 0,
             },
             lease_max_id_len: 0,
+            tls_port: 0,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_ca_cert_file: None,
+            tls_auth_clients: TlsAuthClients::Yes,
             config_file: None,
         };
         for directive in DIRECTIVES {
@@ -928,6 +1038,48 @@ mod tests {
     }
 
     #[test]
+    fn tls_directives() {
+        let config = parse_text(
+            "tls-port 6380\ntls-cert-file \"/etc/tls/server cert.pem\"\n\
+             tls-key-file key.pem\ntls-ca-cert-file ca.pem\ntls-auth-clients OPTIONAL",
+        )
+        .unwrap();
+        assert_eq!(config.tls_port, 6380);
+        assert_eq!(
+            config.tls_cert_file,
+            Some(PathBuf::from("/etc/tls/server cert.pem"))
+        );
+        assert_eq!(config.tls_key_file, Some(PathBuf::from("key.pem")));
+        assert_eq!(config.tls_ca_cert_file, Some(PathBuf::from("ca.pem")));
+        assert_eq!(config.tls_auth_clients, TlsAuthClients::Optional);
+        assert_eq!(
+            config.get(b"tls-*"),
+            [
+                ("tls-port", "6380".to_owned()),
+                ("tls-cert-file", "/etc/tls/server cert.pem".to_owned()),
+                ("tls-key-file", "key.pem".to_owned()),
+                ("tls-ca-cert-file", "ca.pem".to_owned()),
+                ("tls-auth-clients", "optional".to_owned()),
+            ]
+        );
+        // The empty string unsets a file, as in Redis.
+        let config = parse_text("tls-cert-file a.pem\ntls-cert-file \"\"").unwrap();
+        assert_eq!(config.tls_cert_file, None);
+        assert_eq!(
+            parse_text("tls-auth-clients no").unwrap().tls_auth_clients,
+            TlsAuthClients::No
+        );
+        assert!(
+            invalid("tls-auth-clients maybe")
+                .ends_with("invalid tls-auth-clients (expected yes, no or optional)")
+        );
+        assert!(
+            invalid("tls-port 65536")
+                .ends_with("invalid tls-port (expected an integer from 0 to 65535)")
+        );
+    }
+
+    #[test]
     fn persistence_directives() {
         let config = parse_text(
             "appendonly no\nappendfsync ALWAYS\nappendfilename log.aof\n\
@@ -1130,6 +1282,11 @@ mod tests {
                 "normal 536870912 134217728 60",
             ),
             ("lease-max-id-len", "1024"),
+            ("tls-port", "0"),
+            ("tls-cert-file", ""),
+            ("tls-key-file", ""),
+            ("tls-ca-cert-file", ""),
+            ("tls-auth-clients", "yes"),
             ("save", ""),
             ("databases", "1"),
         ];

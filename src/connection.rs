@@ -10,14 +10,17 @@
 //! large burst before reading anything must not deadlock against us.
 
 use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::{Context, Poll, Waker, ready};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{Buf, Bytes, BytesMut};
 use subtle::ConstantTimeEq;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_util::io::{poll_read_buf, poll_write_buf};
 use tracing::{debug, warn};
 
 use crate::command::{self, ClientAttr, ClientFilter, Command, CommandName, docs};
@@ -37,8 +40,9 @@ const CLOSE_FLUSH: Duration = Duration::from_secs(10);
 /// How long a closed connection goes on discarding the client's input.
 pub const LINGER: Duration = Duration::from_secs(1);
 
-pub struct Connection {
-    stream: TcpStream,
+/// A client's session over `S`: a `TcpStream`, or a TLS stream over one.
+pub struct Connection<S = TcpStream> {
+    stream: S,
     client: Arc<ClientEntry>,
     shared: Arc<Shared>,
     core: CoreHandle,
@@ -52,6 +56,9 @@ pub struct Connection {
     authenticated: bool,
     /// Since when the unsent replies have been above the soft output limit.
     over_soft_limit_since: Option<Instant>,
+    /// Bytes the stream took but may not have sent yet (TLS records it
+    /// could not pass to the socket); never set for a `TcpStream`.
+    unflushed: bool,
 }
 
 /// Where a request's reply comes from, and the protocol to encode it in.
@@ -71,13 +78,13 @@ enum After {
     Shutdown,
 }
 
-impl Connection {
+impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     pub fn new(
-        stream: TcpStream,
+        stream: S,
         client: Arc<ClientEntry>,
         shared: Arc<Shared>,
         core: CoreHandle,
-    ) -> Connection {
+    ) -> Connection<S> {
         let authenticated = shared.config.requirepass.is_empty();
         let limits = decoder_limits(&shared, authenticated);
         Connection {
@@ -92,6 +99,7 @@ impl Connection {
             last_command: None,
             authenticated,
             over_soft_limit_since: None,
+            unflushed: false,
         }
     }
 
@@ -175,7 +183,6 @@ impl Connection {
             }
             self.read_buf.reserve(READ_CHUNK);
             self.report_status();
-            let (mut reader, mut writer) = self.stream.split();
             tokio::select! {
                 _ = &mut cancelled => {
                     return tokio::time::timeout(FINAL_FLUSH, self.flush())
@@ -186,14 +193,11 @@ impl Connection {
                     debug!("Closing idle client {}", self.client.addr);
                     return Ok(());
                 }
-                read = reader.read_buf(&mut self.read_buf) => {
-                    if read? == 0 {
+                read = std::future::poll_fn(|cx| self.poll_io(cx)) => {
+                    if read? == Some(0) {
                         // The client closed its side; it may still read.
                         return self.close().await;
                     }
-                }
-                written = writer.write_buf(&mut self.write_buf), if !self.write_buf.is_empty() => {
-                    written?;
                 }
             }
             if let Some(limit) = idle_limit {
@@ -209,12 +213,52 @@ impl Connection {
         if self.write_buf.is_empty() {
             return Ok(());
         }
-        match self.stream.try_write(&self.write_buf) {
-            Ok(written) => self.write_buf.advance(written),
-            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
-            Err(error) => return Err(error),
+        // Polled with a waker that does nothing: for a `TcpStream` this is
+        // `try_write`; `poll_io` registers the real waker if needed.
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut stream = Pin::new(&mut self.stream);
+        if let Poll::Ready(written) = stream.as_mut().poll_write(&mut cx, &self.write_buf) {
+            self.write_buf.advance(written?);
+            // A TLS stream may keep records it could not send yet.
+            self.unflushed = stream.poll_flush(&mut cx)?.is_pending();
         }
         Ok(())
+    }
+
+    /// Sends pending output while reading, until a read completes (with
+    /// its byte count) or the output is all out (`None`).
+    fn poll_io(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Option<usize>>> {
+        if (!self.write_buf.is_empty() || self.unflushed)
+            && let Poll::Ready(result) = self.poll_output(cx)
+        {
+            return Poll::Ready(result.map(|()| None));
+        }
+        match ready!(poll_read_buf(
+            Pin::new(&mut self.stream),
+            cx,
+            &mut self.read_buf
+        )) {
+            // A TLS client that closes without close_notify: taken as a
+            // plain close, so it still gets the replies it waits for.
+            Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => Poll::Ready(Ok(Some(0))),
+            read => Poll::Ready(read.map(Some)),
+        }
+    }
+
+    fn poll_output(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.write_buf.is_empty() {
+            let written = ready!(poll_write_buf(
+                Pin::new(&mut self.stream),
+                cx,
+                &mut self.write_buf
+            ))?;
+            if written == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+        }
+        ready!(Pin::new(&mut self.stream).poll_flush(cx))?;
+        self.unflushed = false;
+        Poll::Ready(Ok(()))
     }
 
     /// Publishes what `CLIENT LIST` shows of this connection.
@@ -246,8 +290,8 @@ impl Connection {
         since.elapsed() >= Duration::from_secs(limit.soft_seconds)
     }
 
-    /// Writes what is pending and closes, waiting a bounded time for a
-    /// client that does not read. Then, as a lingering close, discards what
+    /// Writes what is pending and closes the sending side, waiting a
+    /// bounded time for a client that does not read. Then, as a lingering close, discards what
     /// the client still sends until it closes too: closing with unread
     /// input would reset the connection, and the client could lose the
     /// reply (an error saying why) before reading it.
@@ -255,7 +299,6 @@ impl Connection {
         tokio::time::timeout(CLOSE_FLUSH, self.flush())
             .await
             .unwrap_or(Ok(()))?;
-        self.stream.shutdown().await?;
         let mut sink = [0u8; 4096];
         let drain = async {
             while self.stream.read(&mut sink).await? > 0 {}
@@ -265,9 +308,11 @@ impl Connection {
         Ok(())
     }
 
+    /// Writes the last replies and closes the sending side (with a TLS
+    /// close_notify).
     async fn flush(&mut self) -> io::Result<()> {
         self.stream.write_all_buf(&mut self.write_buf).await?;
-        self.stream.flush().await
+        self.stream.shutdown().await
     }
 
     /// Runs one read's requests and encodes their replies in order.

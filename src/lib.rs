@@ -10,6 +10,7 @@
 //! - [`config`]: the directive table, the redis.conf-style file, `--directive` overrides.
 //! - [`server`]: listeners, the client table, shutdown.
 //! - [`connection`]: one client's session: read, parse, dispatch, write.
+//! - [`tls`]: the TLS certificates and client-certificate policy for `tls-port`.
 //! - [`request`]: strict decoding of RESP and inline requests, with limits.
 //! - [`command`]: the command table and typed commands parsed from arguments.
 //! - [`core`]: the one task that owns the registry and answers lease commands.
@@ -35,3 +36,4 @@ pub mod reply;
 pub mod request;
 pub mod server;
 pub mod splitargs;
+pub mod tls;

@@ -15,12 +15,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::ceiling::DataDir;
 use crate::command::CommandName;
@@ -28,6 +28,7 @@ use crate::config::Config;
 use crate::connection::{Connection, LINGER};
 use crate::core::{Core, load_state};
 use crate::reply::Protocol;
+use crate::tls::{self, TlsAcceptor};
 
 /// State every connection and the core can see.
 #[derive(Debug)]
@@ -35,6 +36,8 @@ pub struct Shared {
     pub config: Config,
     /// The addresses actually listened on (with the real port for `--port 0`).
     pub listen_addrs: Vec<SocketAddr>,
+    /// The addresses listened on for TLS (`tls-port`).
+    pub tls_listen_addrs: Vec<SocketAddr>,
     pub started: Instant,
     pub clients: ClientTable,
     pub stats: Stats,
@@ -177,17 +180,37 @@ impl ClientEntry {
     }
 }
 
-/// Binds every address of `bind` on `port`. With port 0 the first address
-/// gets a free port and the others the same one, so the server has one
-/// port as it would with a fixed one. A failure names the address.
-pub async fn bind(config: &Config) -> Result<Vec<TcpListener>, String> {
+/// The bound sockets the server accepts clients on.
+pub struct Listeners {
+    pub plain: Vec<TcpListener>,
+    /// On `tls-port`, with the acceptor that does their clients' handshakes.
+    pub tls: Option<(TlsAcceptor, Vec<TcpListener>)>,
+}
+
+/// Loads the TLS setup and binds every address of `bind` on `port`, and
+/// on `tls-port` when set. With port 0 the first address gets a free port
+/// and the others the same one, so the server has one port as it would
+/// with a fixed one. A failure names the address.
+pub async fn bind(config: &Config) -> Result<Listeners, String> {
     check_protected_mode(config)?;
+    let acceptor = tls::acceptor(config)?;
+    // TLS first: its port is fixed, so a free port picked for `port 0`
+    // cannot take it.
+    let tls = match acceptor {
+        None => None,
+        Some(acceptor) => Some((acceptor, bind_all(config, config.tls_port, "TLS").await?)),
+    };
+    let plain = bind_all(config, config.port, "TCP").await?;
+    Ok(Listeners { plain, tls })
+}
+
+async fn bind_all(config: &Config, port: u16, kind: &str) -> Result<Vec<TcpListener>, String> {
     let mut listeners = Vec::new();
-    let mut port = config.port;
+    let mut port = port;
     for address in &config.bind {
         let target = SocketAddr::new(*address, port);
         let listener = TcpListener::bind(target).await.map_err(|error| {
-            format!("Could not create server TCP listening socket {target}: {error}")
+            format!("Could not create server {kind} listening socket {target}: {error}")
         })?;
         port = listener.local_addr().map_or(port, |a| a.port());
         listeners.push(listener);
@@ -216,19 +239,27 @@ fn check_protected_mode(config: &Config) -> Result<(), String> {
 /// arrives, or a client sends `SHUTDOWN`; then shuts down cleanly.
 pub async fn run(
     config: Config,
-    listeners: Vec<TcpListener>,
+    listeners: Listeners,
     data_dir: DataDir,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), String> {
     let (registry, log) = load_state(&config, &data_dir)?;
-    let listen_addrs = listeners
-        .iter()
-        .map(|l| l.local_addr())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())?;
+    let local_addrs = |listeners: &[TcpListener]| {
+        listeners
+            .iter()
+            .map(|l| l.local_addr())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())
+    };
+    let listen_addrs = local_addrs(&listeners.plain)?;
+    let tls_listen_addrs = match &listeners.tls {
+        Some((_, tls)) => local_addrs(tls)?,
+        None => Vec::new(),
+    };
     let shared = Arc::new(Shared {
         config,
         listen_addrs,
+        tls_listen_addrs,
         started: Instant::now(),
         clients: ClientTable::default(),
         stats: Stats::default(),
@@ -244,13 +275,24 @@ pub async fn run(
 
     let mut signals =
         Signals::install().map_err(|e| format!("cannot listen for SIGTERM/SIGINT: {e}"))?;
-    let addrs: Vec<String> = shared.listen_addrs.iter().map(|a| a.to_string()).collect();
+    // Plain addresses first: tests take the first for the port.
+    let addrs: Vec<String> = (shared.listen_addrs.iter().map(|a| a.to_string()))
+        .chain(shared.tls_listen_addrs.iter().map(|a| format!("{a} (tls)")))
+        .collect();
     info!("Ready to accept connections on {}", addrs.join(", "));
 
     let tracker = TaskTracker::new();
-    for listener in listeners {
+    let (acceptor, tls_listeners) = listeners.tls.unzip();
+    let all = (listeners.plain.into_iter().map(|l| (l, None))).chain(
+        tls_listeners
+            .into_iter()
+            .flatten()
+            .map(|l| (l, acceptor.clone())),
+    );
+    for (listener, acceptor) in all {
         tracker.spawn(accept_loop(
             listener,
+            acceptor,
             shared.clone(),
             core.clone(),
             tracker.clone(),
@@ -277,8 +319,12 @@ pub async fn run(
     Ok(())
 }
 
+/// Accepts clients on `listener`, TLS ones when given an acceptor. A TLS
+/// handshake happens in the client's own task, so a client that never
+/// completes one holds up nobody else.
 async fn accept_loop(
     listener: TcpListener,
+    acceptor: Option<TlsAcceptor>,
     shared: Arc<Shared>,
     core: crate::core::CoreHandle,
     tracker: TaskTracker,
@@ -288,19 +334,71 @@ async fn accept_loop(
             _ = shared.shutdown.cancelled() => return,
             accepted = listener.accept() => accepted,
         };
-        match accepted {
-            Ok((stream, _)) if shared.clients.len() >= shared.config.maxclients => {
-                tracker.spawn(refuse(stream));
-            }
-            Ok((stream, addr)) => {
-                let connection = open_connection(stream, addr, &shared, &core);
-                tracker.spawn(connection.serve());
-            }
+        let (stream, addr) = match accepted {
+            Ok(accepted) => accepted,
             Err(error) => {
                 // Usually out of file descriptors: wait instead of spinning.
                 warn!("Accepting a client connection failed: {error}");
                 tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
             }
+        };
+        let full = shared.clients.len() >= shared.config.maxclients;
+        match (&acceptor, full) {
+            (None, true) => {
+                tracker.spawn(refuse(stream));
+            }
+            (None, false) => {
+                let (stream, client) = open_connection(stream, addr, &shared);
+                tracker
+                    .spawn(Connection::new(stream, client, shared.clone(), core.clone()).serve());
+            }
+            (Some(acceptor), true) => {
+                let handshake = handshake(acceptor.clone(), stream, addr, shared.clone());
+                tracker.spawn(async move {
+                    if let Some(stream) = handshake.await {
+                        refuse(stream).await;
+                    }
+                });
+            }
+            (Some(acceptor), false) => {
+                // Registered before the handshake, so handshaking clients
+                // count toward maxclients.
+                let (stream, client) = open_connection(stream, addr, &shared);
+                let handshake = handshake(acceptor.clone(), stream, addr, shared.clone());
+                let (shared, core) = (shared.clone(), core.clone());
+                tracker.spawn(async move {
+                    match handshake.await {
+                        Some(stream) => Connection::new(stream, client, shared, core).serve().await,
+                        None => shared.clients.unregister(client.id),
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// The TLS handshake with a client, given [`tls::HANDSHAKE_TIMEOUT`] and
+/// abandoned at shutdown; `None` if it did not complete.
+async fn handshake(
+    acceptor: TlsAcceptor,
+    stream: TcpStream,
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
+    let result = tokio::select! {
+        _ = shared.shutdown.cancelled() => return None,
+        result = tokio::time::timeout(tls::HANDSHAKE_TIMEOUT, acceptor.accept(stream)) => result,
+    };
+    match result {
+        Ok(Ok(stream)) => Some(stream),
+        Ok(Err(error)) => {
+            debug!("TLS handshake with {addr} failed: {error}");
+            None
+        }
+        Err(_) => {
+            debug!("TLS handshake with {addr} timed out");
+            None
         }
     }
 }
@@ -309,7 +407,7 @@ async fn accept_loop(
 /// client that does not read the error is not waited for long. Its input
 /// is discarded for a moment first (see `Connection::close`), or a PING it
 /// sent at once would reset the connection before it read the error.
-async fn refuse(mut stream: TcpStream) {
+async fn refuse(mut stream: impl AsyncRead + AsyncWrite + Unpin) {
     let error = b"-ERR max number of clients reached\r\n";
     let refusing = async {
         stream.write_all(error).await?;
@@ -321,12 +419,12 @@ async fn refuse(mut stream: TcpStream) {
     let _ = tokio::time::timeout(LINGER, refusing).await;
 }
 
+/// Registers a new client and prepares its socket.
 fn open_connection(
     stream: TcpStream,
     addr: SocketAddr,
     shared: &Arc<Shared>,
-    core: &crate::core::CoreHandle,
-) -> Connection {
+) -> (TcpStream, Arc<ClientEntry>) {
     // Replies are written once per batch, so Nagle would only add delay.
     let _ = stream.set_nodelay(true);
     let local_addr = stream.local_addr().unwrap_or(addr);
@@ -336,7 +434,7 @@ fn open_connection(
         .total_connections_received
         .fetch_add(1, Ordering::Relaxed);
     let client = shared.clients.register(addr, local_addr, fd);
-    Connection::new(stream, client, shared.clone(), core.clone())
+    (stream, client)
 }
 
 #[cfg(unix)]
