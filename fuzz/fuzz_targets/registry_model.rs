@@ -6,14 +6,9 @@
 #![no_main]
 
 use arbitrary::Arbitrary;
-use leased::registry::model::{Cmd, Model, Reply, apply, check_state};
+use leased::registry::model::{Cmd, Model, RUNS, WORKERS, check_runs, check_state, step_both};
 use leased::registry::{MAX_TOKEN, Registry};
 use libfuzzer_sys::fuzz_target;
-
-/// Runs and workers whose lease ids collide: ("a:b", "c") and ("a", "b:c")
-/// both give "a:b:c:N"; ("", ":") and (":", "") both give ":::N".
-const RUNS: [&[u8]; 6] = [b"a", b"a:b", b"", b":", b"a:b:c", b"run-1"];
-const WORKERS: [&[u8]; 5] = [b"c", b"b:c", b"", b":", b"w"];
 
 #[derive(Arbitrary, Debug)]
 struct Input {
@@ -180,19 +175,8 @@ fuzz_target!(|input: Input| {
             sweep = usize::from(*n % 4);
         }
         if let Some(cmd) = resolve(op, &model, &mut now, last_token) {
-            let want = model.apply(&cmd);
-            let got = apply(&mut registry, &cmd);
-            assert_eq!(got, want, "step {step}: {cmd:?}");
-            if let Reply::Acquired(Ok(Some(lease))) = &got {
-                let id = [
-                    &lease.run_id[..],
-                    b":",
-                    &lease.worker_id[..],
-                    b":",
-                    lease.fencing_token.to_string().as_bytes(),
-                ]
-                .concat();
-                assert_eq!(lease.lease_id(), id, "step {step}");
+            if let Err(error) = step_both(&mut registry, &mut model, &cmd) {
+                panic!("step {step}: {error}");
             }
         }
         registry.reclaim(sweep);
@@ -200,13 +184,7 @@ fuzz_target!(|input: Input| {
             panic!("after step {step} ({op:?}): {error}");
         }
     }
-    // Every run the registry holds matches the model.
-    let t = model.time;
-    for run in RUNS {
-        let want = model.apply(&Cmd::Get {
-            run: run.to_vec(),
-            now: t,
-        });
-        assert_eq!(Reply::Got(registry.get(run, t)), want);
+    if let Err(error) = check_runs(&mut registry, &mut model) {
+        panic!("at the end: {error}");
     }
 });

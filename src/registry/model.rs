@@ -329,3 +329,49 @@ pub fn check_state(registry: &Registry, model: &Model) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Runs and workers whose lease ids collide in interesting ways:
+/// ("a:b", "c") and ("a", "b:c") both give "a:b:c:N", ("", ":") and
+/// (":", "") both give ":::N", and ("a:b:c", "") gives "a:b:c::N".
+pub const RUNS: [&[u8]; 6] = [b"a", b"a:b", b"", b":", b"a:b:c", b"run-1"];
+pub const WORKERS: [&[u8]; 5] = [b"c", b"b:c", b"", b":", b"w"];
+
+/// Applies `cmd` to both; their replies must be equal, and a lease's id
+/// must be exactly `run:worker:token`.
+pub fn step_both(registry: &mut Registry, model: &mut Model, cmd: &Cmd) -> Result<(), String> {
+    let want = model.apply(cmd);
+    let got = apply(registry, cmd);
+    if got != want {
+        return Err(format!("{cmd:?}: registry {got:?}, model {want:?}"));
+    }
+    if let Some(lease) = got.lease() {
+        let id = [
+            &lease.run_id[..],
+            b":",
+            &lease.worker_id[..],
+            b":",
+            lease.fencing_token.to_string().as_bytes(),
+        ]
+        .concat();
+        if lease.lease_id() != id {
+            return Err(format!("{cmd:?}: lease id {:?}", lease.lease_id()));
+        }
+    }
+    Ok(())
+}
+
+/// At the end: every run of [`RUNS`] has the same lease in both.
+pub fn check_runs(registry: &mut Registry, model: &mut Model) -> Result<(), String> {
+    let t = model.time;
+    for run in RUNS {
+        let want = model.apply(&Cmd::Get {
+            run: run.to_vec(),
+            now: t,
+        });
+        let got = Reply::Got(registry.get(run, t));
+        if got != want {
+            return Err(format!("run {run:?}: registry {got:?}, model {want:?}"));
+        }
+    }
+    Ok(())
+}

@@ -1,4 +1,4 @@
-use super::model::{Cmd, Model, Reply, apply, check_state};
+use super::model::{Cmd, Model, RUNS, Reply, WORKERS, apply, check_runs, check_state, step_both};
 use super::*;
 
 use proptest::prelude::*;
@@ -755,12 +755,6 @@ fn len_counts_active_and_expired_leases() {
 // Random operation sequences, run against both.
 // ---------------------------------------------------------------
 
-/// Runs and workers whose lease ids collide in interesting ways:
-/// ("a:b", "c") and ("a", "b:c") both give "a:b:c:N", ("", ":") and
-/// (":", "") both give ":::N", and ("a:b:c", "") gives "a:b:c::N".
-const RUNS: [&[u8]; 6] = [b"a", b"a:b", b"", b":", b"a:b:c", b"run-1"];
-const WORKERS: [&[u8]; 5] = [b"c", b"b:c", b"", b":", b"w"];
-
 /// Which lease id and token an operation names.
 #[derive(Clone, Debug)]
 enum Ref {
@@ -997,33 +991,13 @@ fn check_with_retention(
     let mut now = 0.0;
     for (step, op) in ops.iter().enumerate() {
         let cmd = resolve(op, &model, &mut now, last_token);
-        let want = model.apply(&cmd);
-        let reply = apply(&mut registry, &cmd);
-        prop_assert_eq!(&reply, &want, "step {}: {:?}", step, cmd);
-        if let Some(lease) = reply.lease() {
-            let id = [
-                &lease.run_id[..],
-                b":",
-                &lease.worker_id[..],
-                b":",
-                lease.fencing_token.to_string().as_bytes(),
-            ]
-            .concat();
-            prop_assert_eq!(lease.lease_id(), id, "step {}", step);
-        }
+        step_both(&mut registry, &mut model, &cmd)
+            .map_err(|error| TestCaseError::fail(format!("step {step}: {error}")))?;
         registry.reclaim(sweep);
         check_state(&registry, &model)
             .map_err(|error| TestCaseError::fail(format!("after step {step}: {error}")))?;
     }
-    // Finally, every run the registry holds matches the model.
-    let t = model.time;
-    for run in RUNS {
-        let want = model.apply(&Cmd::Get {
-            run: run.to_vec(),
-            now: t,
-        });
-        prop_assert_eq!(Reply::Got(registry.get(run, t)), want);
-    }
+    check_runs(&mut registry, &mut model).map_err(TestCaseError::fail)?;
     Ok(())
 }
 
