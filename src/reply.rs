@@ -6,13 +6,12 @@
 //! set an array, a double a bulk string of its shortest decimal form, a
 //! verbatim string a bulk string, null a null bulk string.
 //!
-//! The bytes themselves are written by `redis-protocol`'s encoders.
+//! The bytes themselves are written by `redis-protocol`'s encoders, except
+//! the header lines of RESP3 aggregates (see `Reply::encode_resp3`).
 
 use bytes::{Bytes, BytesMut};
 use redis_protocol::resp2::types::BytesFrame as Resp2Frame;
-use redis_protocol::resp3::types::{
-    BytesFrame as Resp3Frame, FrameMap, FrameSet, VerbatimStringFormat,
-};
+use redis_protocol::resp3::types::{BytesFrame as Resp3Frame, VerbatimStringFormat};
 
 use crate::registry::Lease;
 
@@ -115,25 +114,46 @@ impl Reply {
 
     /// Appends the encoding of this reply for `protocol` to `out`.
     pub fn encode(&self, protocol: Protocol, out: &mut BytesMut) {
-        if let Reply::Lease(lease) = self {
-            match protocol {
-                Protocol::Resp2 => encode_lease_resp2(lease, out),
-                Protocol::Resp3 => encode_lease_resp3(lease, out),
-            }
-            return;
+        match protocol {
+            Protocol::Resp2 => match self {
+                Reply::Lease(lease) => encode_lease_resp2(lease, out),
+                _ => check_encoded(redis_protocol::resp2::encode::extend_encode(
+                    out,
+                    &self.to_resp2(),
+                    false,
+                )),
+            },
+            Protocol::Resp3 => self.encode_resp3(out),
         }
-        // Encoding into a growable buffer fails only on frames we never
-        // build (e.g. a RESP3 double that is NaN), so a failure is a bug.
-        let result = match protocol {
-            Protocol::Resp2 => {
-                redis_protocol::resp2::encode::extend_encode(out, &self.to_resp2(), false)
+    }
+
+    /// RESP3: aggregates are written here, a header line and then each
+    /// member, and only the other values become redis-protocol frames.
+    /// The crate's set and map frames are hash collections: hashing an
+    /// array or a map member panics, and equal members would be dropped.
+    fn encode_resp3(&self, out: &mut BytesMut) {
+        match self {
+            Reply::Lease(lease) => encode_lease_resp3(lease, out),
+            Reply::Array(items) => {
+                aggregate_header(out, b'*', items.len());
+                items.iter().for_each(|item| item.encode_resp3(out));
             }
-            Protocol::Resp3 => {
-                redis_protocol::resp3::encode::complete::extend_encode(out, &self.to_resp3(), false)
+            Reply::Set(items) => {
+                aggregate_header(out, b'~', items.len());
+                items.iter().for_each(|item| item.encode_resp3(out));
             }
-        };
-        if let Err(error) = result {
-            panic!("reply could not be encoded: {error:?}");
+            Reply::Map(pairs) => {
+                aggregate_header(out, b'%', pairs.len());
+                for (key, value) in pairs {
+                    key.encode_resp3(out);
+                    value.encode_resp3(out);
+                }
+            }
+            _ => check_encoded(redis_protocol::resp3::encode::complete::extend_encode(
+                out,
+                &self.resp3_scalar(),
+                false,
+            )),
         }
     }
 
@@ -158,7 +178,9 @@ impl Reply {
         }
     }
 
-    fn to_resp3(&self) -> Resp3Frame {
+    /// The frame of a reply that is not an aggregate (see
+    /// [`Reply::encode_resp3`]).
+    fn resp3_scalar(&self) -> Resp3Frame {
         match self {
             Reply::Status(s) => Resp3Frame::SimpleString {
                 data: Bytes::from_static(s.as_bytes()),
@@ -186,31 +208,26 @@ impl Reply {
                 data: *d,
                 attributes: None,
             },
-            Reply::Array(items) => Resp3Frame::Array {
-                data: items.iter().map(Reply::to_resp3).collect(),
-                attributes: None,
-            },
-            Reply::Set(items) => {
-                // A FrameSet would drop duplicates; our sets never have any.
-                let data: FrameSet<Resp3Frame> = items.iter().map(Reply::to_resp3).collect();
-                Resp3Frame::Set {
-                    data,
-                    attributes: None,
-                }
+            Reply::Array(_) | Reply::Set(_) | Reply::Map(_) | Reply::Lease(_) => {
+                unreachable!("aggregates are written by encode_resp3")
             }
-            Reply::Map(pairs) => {
-                let data: FrameMap<Resp3Frame, Resp3Frame> = pairs
-                    .iter()
-                    .map(|(k, v)| (k.to_resp3(), v.to_resp3()))
-                    .collect();
-                Resp3Frame::Map {
-                    data,
-                    attributes: None,
-                }
-            }
-            Reply::Lease(lease) => Reply::lease_map(&lease.lease, lease.expired).to_resp3(),
         }
     }
+}
+
+/// Encoding into a growable buffer fails only on frames we never build
+/// (e.g. a RESP3 double that is NaN), so a failure is a bug.
+fn check_encoded<T, E: std::fmt::Debug>(result: Result<T, E>) {
+    if let Err(error) = result {
+        panic!("reply could not be encoded: {error:?}");
+    }
+}
+
+/// The header line of a RESP3 aggregate: its type byte and length.
+fn aggregate_header(out: &mut BytesMut, kind: u8, len: usize) {
+    out.extend_from_slice(&[kind]);
+    out.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
+    out.extend_from_slice(b"\r\n");
 }
 
 /// The lease map in RESP2, the commonest reply there is: a flat array of
@@ -356,6 +373,56 @@ mod tests {
         let text = Reply::Verbatim(Bytes::from_static(b"a:1"));
         assert_eq!(encoded(&text, Protocol::Resp3), "=7\r\ntxt:a:1\r\n");
         assert_eq!(encoded(&text, Protocol::Resp2), "$3\r\na:1\r\n");
+    }
+
+    /// Found by the decode_parse fuzz target: `COMMAND` in RESP3 replies
+    /// with sets of subcommand arrays, and a set of arrays made the encoder
+    /// panic (redis-protocol's set frame hashes its members, and an array
+    /// cannot be hashed), dropping the connection.
+    #[test]
+    fn sets_and_maps_of_aggregates_encode_in_resp3() {
+        let set = Reply::Set(vec![
+            Reply::Array(vec![Reply::Int(1), Reply::Set(Vec::new())]),
+            Reply::Map(vec![(Reply::text("k"), Reply::Array(Vec::new()))]),
+        ]);
+        assert_eq!(
+            encoded(&set, Protocol::Resp3),
+            "~2\r\n*2\r\n:1\r\n~0\r\n%1\r\n$1\r\nk\r\n*0\r\n"
+        );
+        assert_eq!(
+            encoded(&set, Protocol::Resp2),
+            "*2\r\n*2\r\n:1\r\n*0\r\n*2\r\n$1\r\nk\r\n*0\r\n"
+        );
+        // An aggregate as a map key too, and members equal to each other:
+        // both are sent as they are, in order, as in RESP2.
+        let map = Reply::Map(vec![
+            (Reply::Array(vec![Reply::Null]), Reply::Double(1.5)),
+            (Reply::text("a"), Reply::Int(1)),
+            (Reply::text("a"), Reply::Int(2)),
+        ]);
+        assert_eq!(
+            encoded(&map, Protocol::Resp3),
+            "%3\r\n*1\r\n_\r\n,1.5\r\n$1\r\na\r\n:1\r\n$1\r\na\r\n:2\r\n"
+        );
+        let twice = Reply::Set(vec![Reply::Status("x"), Reply::Status("x")]);
+        assert_eq!(encoded(&twice, Protocol::Resp3), "~2\r\n+x\r\n+x\r\n");
+    }
+
+    #[test]
+    fn command_info_encodes_in_both_protocols() {
+        let names = [
+            Bytes::from_static(b"client"),
+            Bytes::from_static(b"config|get"),
+        ];
+        for reply in [
+            crate::command::docs::info(None),
+            crate::command::docs::info(Some(&names)),
+            crate::command::docs::docs(&[]),
+        ] {
+            for protocol in [Protocol::Resp2, Protocol::Resp3] {
+                assert!(!encoded(&reply, protocol).is_empty());
+            }
+        }
     }
 
     #[test]
