@@ -364,7 +364,7 @@ impl Registry {
     }
 
     fn second_due(&self, second: i64) -> bool {
-        (second as f64) + 1.0 + self.retention <= self.time
+        self.leases.second_end(second) + self.retention <= self.time
     }
 
     /// Whether the lease in `slot` is past retention at registry time.

@@ -154,6 +154,18 @@ fn second_of(expires_at: f64) -> i64 {
     expires_at.floor() as i64
 }
 
+/// A time no lease in `second`'s list expires after: the second's end;
+/// but the last second holds every expiry from 2^63 on, up to infinity,
+/// so there only the list's own bound tells. (The first second, holding
+/// everything below -2^63, needs no such care: its end bounds it.)
+fn end_of(second: i64, list: &Second) -> f64 {
+    if second == i64::MAX {
+        list.max
+    } else {
+        second as f64 + 1.0
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct LeaseTable {
     slots: Arena<Slot>,
@@ -280,11 +292,22 @@ impl LeaseTable {
             .map(|(&second, list)| (second, list.head))
     }
 
+    /// A time no lease expiring in `second` (a second [`earliest`] gave)
+    /// expires after.
+    ///
+    /// [`earliest`]: LeaseTable::earliest
+    pub fn second_end(&self, second: i64) -> f64 {
+        match self.expiry.get(&second) {
+            Some(list) => end_of(second, list),
+            None => second as f64 + 1.0,
+        }
+    }
+
     /// How many leases have expired at `time` (`expires_at <= time`).
     pub fn count_expired(&self, time: f64) -> usize {
         let mut count = 0;
         for (&second, list) in self.expiry.range(..=second_of(time)) {
-            if (second as f64) + 1.0 <= time || list.max <= time {
+            if end_of(second, list) <= time || list.max <= time {
                 count += list.count as usize;
                 continue;
             }

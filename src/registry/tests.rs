@@ -733,6 +733,58 @@ fn tokens_are_exhausted_at_max_token() {
     }
 }
 
+/// Found by the registry_model fuzz target. Every expiry from 2^63
+/// seconds on (a client may send any finite `now` and TTL, so up to
+/// infinity) falls in the expiry index's last second, which was taken to
+/// end one second later: once registry time was past 2^63 + 1, the
+/// leases in it counted as expired and were reclaimed while still active.
+#[test]
+fn expiries_beyond_the_last_indexed_second_are_not_taken_early() {
+    let mut registry = registry();
+    registry.set_retention(1.0);
+    let never = registry
+        .acquire(b"never", b"w", 1e308, Some(1e308))
+        .unwrap()
+        .unwrap();
+    assert_eq!(never.expires_at, f64::INFINITY);
+    // A lagging clock, read as 1e308.
+    let far = registry
+        .acquire(b"far", b"w", 1e19, Some(1e306))
+        .unwrap()
+        .unwrap();
+    assert_eq!(far.expires_at, 1e308 + 1e306);
+    assert_eq!(registry.expired_count(), 0);
+    assert!(!registry.reclaim_due());
+    assert_eq!(registry.reclaim(usize::MAX), 0);
+    assert_eq!(registry.len(), 2);
+    assert!(registry.validate(b"far", &far.lease_id(), 2, 1e308));
+    assert!(registry.heartbeat(&never.lease_id(), 1, 1e308));
+    // Past `far`'s expiry and retention: the sweep leaves that second to
+    // the lookups while `never` is in it (its bound is infinite), and a
+    // lookup reclaims `far`.
+    assert_eq!(registry.get(b"other", 1.1e308), None);
+    assert_eq!(registry.expired_count(), 1);
+    assert_eq!(registry.reclaim(usize::MAX), 0);
+    assert_eq!(registry.get(b"far", 1.1e308), None);
+    assert_eq!(registry.len(), 1);
+    assert!(registry.validate(b"never", &never.lease_id(), 1, 1.1e308));
+
+    // Once the bound of that second has passed, the sweep takes its leases:
+    // at 1e300 the one second of TTL and of retention are lost to rounding,
+    // so this lease expires on the spot and is due for reclaiming at once.
+    let mut registry = self::registry();
+    registry.set_retention(1.0);
+    let brief = registry
+        .acquire(b"b", b"w", 1e300, Some(1.0))
+        .unwrap()
+        .unwrap();
+    assert_eq!(brief.expires_at, 1e300);
+    assert_eq!(registry.expired_count(), 1);
+    assert!(registry.reclaim_due());
+    assert_eq!(registry.reclaim(usize::MAX), 1);
+    assert!(registry.is_empty());
+}
+
 #[test]
 fn len_counts_active_and_expired_leases() {
     let mut registry = registry();
@@ -987,7 +1039,13 @@ fn check_with_retention(
     let mut registry = Registry::new(default_ttl, last_token, ceiling);
     registry.set_retention(retention);
     let mut model = Model::new(default_ttl, last_token, ceiling);
-    model.retention = retention;
+    // A retention of 0 keeps expired leases forever, as the
+    // `lease-retention` directive has it.
+    model.retention = if retention > 0.0 {
+        retention
+    } else {
+        f64::INFINITY
+    };
     let mut now = 0.0;
     for (step, op) in ops.iter().enumerate() {
         let cmd = resolve(op, &model, &mut now, last_token);
