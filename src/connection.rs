@@ -38,7 +38,7 @@ const FINAL_FLUSH: Duration = Duration::from_secs(1);
 /// its connection forever.
 const CLOSE_FLUSH: Duration = Duration::from_secs(10);
 /// How long a closed connection goes on discarding the client's input.
-pub const LINGER: Duration = Duration::from_secs(1);
+const LINGER: Duration = Duration::from_secs(1);
 
 /// A client's session over `S`: a `TcpStream`, or a TLS stream over one.
 pub struct Connection<S = TcpStream> {
@@ -291,20 +291,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     }
 
     /// Writes what is pending and closes the sending side, waiting a
-    /// bounded time for a client that does not read. Then, as a lingering close, discards what
-    /// the client still sends until it closes too: closing with unread
-    /// input would reset the connection, and the client could lose the
-    /// reply (an error saying why) before reading it.
+    /// bounded time for a client that does not read; then lingers (see
+    /// [`linger`]).
     async fn close(&mut self) -> io::Result<()> {
         tokio::time::timeout(CLOSE_FLUSH, self.flush())
             .await
             .unwrap_or(Ok(()))?;
-        let mut sink = [0u8; 4096];
-        let drain = async {
-            while self.stream.read(&mut sink).await? > 0 {}
-            io::Result::Ok(())
-        };
-        let _ = tokio::time::timeout(LINGER, drain).await;
+        linger(&mut self.stream).await;
         Ok(())
     }
 
@@ -567,6 +560,20 @@ const NOAUTH: &str = "NOAUTH Authentication required.";
 const HELLO_NOAUTH: &str = "NOAUTH HELLO must be called with the client already authenticated, \
      otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate \
      the client and select the RESP protocol version at the same time";
+
+/// A lingering close: after the server has closed its sending side, it
+/// discards what the client still sends, for up to [`LINGER`], until the
+/// client closes too. Closing with unread input would reset the
+/// connection, and the client could lose its last reply (often an error
+/// saying why it is closed) before reading it.
+pub async fn linger(stream: &mut (impl AsyncRead + Unpin)) {
+    let mut sink = [0u8; 4096];
+    let drain = async {
+        while stream.read(&mut sink).await? > 0 {}
+        io::Result::Ok(())
+    };
+    let _ = tokio::time::timeout(LINGER, drain).await;
+}
 
 /// The decoder's limits: `proto-max-bulk-len`, and Redis's smaller ones
 /// for a client that has yet to give the password.

@@ -293,11 +293,8 @@ fn encode_lease_resp3(reply: &LeaseReply, out: &mut BytesMut) {
         (b"expires_at", expires_at),
         (b"expired", number(reply.expired.map_or(0, i64::from))),
     ];
-    let (header, len): (&[u8], usize) = match reply.expired {
-        Some(_) => (b"%6\r\n", 6),
-        None => (b"%5\r\n", 5),
-    };
-    out.extend_from_slice(header);
+    let len = if reply.expired.is_some() { 6 } else { 5 };
+    aggregate_header(out, b'%', len);
     for (key, value) in &fields[..len] {
         for frame in [&blob(key), value] {
             let encoded =

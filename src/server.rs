@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio_util::sync::CancellationToken;
@@ -25,7 +25,7 @@ use tracing::{debug, info, warn};
 use crate::ceiling::DataDir;
 use crate::command::CommandName;
 use crate::config::Config;
-use crate::connection::{Connection, LINGER};
+use crate::connection::{Connection, linger};
 use crate::core::{Core, load_state};
 use crate::reply::Protocol;
 use crate::tls::{self, TlsAcceptor};
@@ -404,19 +404,17 @@ async fn handshake(
 }
 
 /// A client over `maxclients` is told so, as Redis does, and closed; a
-/// client that does not read the error is not waited for long. Its input
-/// is discarded for a moment first (see `Connection::close`), or a PING it
-/// sent at once would reset the connection before it read the error.
+/// client that does not read the error is not waited for long.
 async fn refuse(mut stream: impl AsyncRead + AsyncWrite + Unpin) {
     let error = b"-ERR max number of clients reached\r\n";
-    let refusing = async {
+    let told = tokio::time::timeout(Duration::from_secs(1), async {
         stream.write_all(error).await?;
-        stream.shutdown().await?;
-        let mut sink = [0u8; 1024];
-        while stream.read(&mut sink).await? > 0 {}
-        std::io::Result::Ok(())
-    };
-    let _ = tokio::time::timeout(LINGER, refusing).await;
+        stream.shutdown().await
+    })
+    .await;
+    if matches!(told, Ok(Ok(()))) {
+        linger(&mut stream).await;
+    }
 }
 
 /// Registers a new client and prepares its socket.
