@@ -12,7 +12,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use leased::command::{self, Command, LeaseCommand};
 use leased::core::lease_reply;
 use leased::registry::Lease;
@@ -91,20 +91,16 @@ fn parse_benches(c: &mut Criterion) {
             .expect("a valid request");
         let request = decoded.pop().expect("one request");
         group.bench_function(name, |b| {
-            b.iter_batched(
-                || request.clone(),
-                |request| {
-                    let parsed = command::parse(request);
-                    assert!(matches!(
-                        parsed,
-                        Ok(Command::Lease(
-                            LeaseCommand::Acquire { .. } | LeaseCommand::Heartbeat { .. }
-                        ))
-                    ));
-                    parsed
-                },
-                BatchSize::SmallInput,
-            )
+            b.iter(|| {
+                let parsed = command::parse(&request);
+                assert!(matches!(
+                    parsed,
+                    Ok(Command::Lease(
+                        LeaseCommand::Acquire { .. } | LeaseCommand::Heartbeat { .. }
+                    ))
+                ));
+                parsed
+            })
         });
     }
     group.finish();

@@ -119,6 +119,11 @@ pub struct Config {
     pub protected_mode: bool,
     /// Seconds a client may stay idle before it is closed; 0: forever.
     pub timeout: u64,
+    /// Commands that run at least this many microseconds go to the slow
+    /// log; 0 logs every command, a negative value none.
+    pub slowlog_log_slower_than: i64,
+    /// The most entries the slow log keeps.
+    pub slowlog_max_len: usize,
     /// The longest bulk string (argument) a client may send.
     pub proto_max_bulk_len: usize,
     /// The most bytes of unfinished requests one client may have buffered.
@@ -380,6 +385,32 @@ static DIRECTIVES: &[Directive] = &[
         arity: Arity::One,
         set: set_timeout,
         show: |c| c.timeout.to_string(),
+    },
+    Directive {
+        name: "slowlog-log-slower-than",
+        default: &["10000"],
+        value_name: "MICROSECONDS",
+        help: "Log commands that run at least this long in SLOWLOG; 0 logs every command, a negative value none",
+        arity: Arity::One,
+        set: |c, args| {
+            c.slowlog_log_slower_than = integer_in(&args[0], i64::MIN..=i64::MAX)
+                .ok_or("invalid slowlog-log-slower-than (expected an integer of microseconds)")?;
+            Ok(())
+        },
+        show: |c| c.slowlog_log_slower_than.to_string(),
+    },
+    Directive {
+        name: "slowlog-max-len",
+        default: &["128"],
+        value_name: "N",
+        help: "The most entries SLOWLOG keeps; the oldest go first",
+        arity: Arity::One,
+        set: |c, args| {
+            c.slowlog_max_len = integer_in(&args[0], 0..=i64::MAX)
+                .ok_or("invalid slowlog-max-len (expected an integer, 0 or more)")?;
+            Ok(())
+        },
+        show: |c| c.slowlog_max_len.to_string(),
     },
     Directive {
         name: "proto-max-bulk-len",
@@ -744,6 +775,8 @@ impl Default for Config {
             requirepass: String::new(),
             protected_mode: false,
             timeout: 0,
+            slowlog_log_slower_than: 0,
+            slowlog_max_len: 0,
             proto_max_bulk_len: 0,
             client_query_buffer_limit: 0,
             client_output_buffer_limit: OutputLimit {
@@ -1275,6 +1308,8 @@ mod tests {
             ("requirepass", ""),
             ("protected-mode", "yes"),
             ("timeout", "0"),
+            ("slowlog-log-slower-than", "10000"),
+            ("slowlog-max-len", "128"),
             ("proto-max-bulk-len", "536870912"),
             ("client-query-buffer-limit", "1073741824"),
             (

@@ -20,14 +20,19 @@ use bytes::{Buf, Bytes, BytesMut};
 use subtle::ConstantTimeEq;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio_util::io::{poll_read_buf, poll_write_buf};
 use tracing::{debug, warn};
 
-use crate::command::{self, ClientAttr, ClientFilter, Command, CommandName, docs};
-use crate::core::CoreHandle;
+use crate::command::{
+    self, ClientAttr, ClientFilter, Command, CommandName, KillFilter, SlowlogCommand, docs,
+};
+use crate::core::{Answer, CoreHandle};
+use crate::monitor::MonitorFeed;
 use crate::reply::{Protocol, Reply};
 use crate::request::{Limits, RequestDecoder};
 use crate::server::{ClientEntry, Shared};
+use crate::slowlog;
 
 /// Bytes requested from the socket per read.
 const READ_CHUNK: usize = 16 * 1024;
@@ -59,13 +64,15 @@ pub struct Connection<S = TcpStream> {
     /// Bytes the stream took but may not have sent yet (TLS records it
     /// could not pass to the socket); never set for a `TcpStream`.
     unflushed: bool,
+    /// In `MONITOR` mode: the feed of commands run by every client.
+    monitor: Option<MonitorFeed>,
 }
 
 /// Where a request's reply comes from, and the protocol to encode it in.
 enum Slot {
     Ready(Protocol, Reply),
-    /// The next of the core's replies.
-    Core(Protocol),
+    /// The next of the core's replies, to the request at this position.
+    Core(Protocol, usize),
 }
 
 /// What the connection does after a batch.
@@ -100,6 +107,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             authenticated,
             over_soft_limit_since: None,
             unflushed: false,
+            monitor: None,
         }
     }
 
@@ -117,6 +125,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         // the token's waiter list for every request.
         let cancelled = shutdown.cancelled();
         tokio::pin!(cancelled);
+        let kill = self.client.killed.clone();
+        let killed = kill.cancelled();
+        tokio::pin!(killed);
         let idle_limit = match self.shared.config.timeout {
             0 => None,
             seconds => Some(Duration::from_secs(seconds)),
@@ -126,6 +137,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         tokio::pin!(idle);
         let mut requests = Vec::new();
         loop {
+            if kill.is_cancelled() {
+                debug!("Client {} closed by CLIENT KILL", self.client.addr);
+                return Ok(());
+            }
             // Before AUTH, one request at a time: an AUTH lifts the
             // unauthenticated limits for the request after it.
             let was_authenticated = self.authenticated;
@@ -183,15 +198,33 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             }
             self.read_buf.reserve(READ_CHUNK);
             self.report_status();
+            // Out of `self` while the select borrows it for the socket.
+            let mut feed = self.monitor.take();
             tokio::select! {
                 _ = &mut cancelled => {
                     return tokio::time::timeout(FINAL_FLUSH, self.flush())
                         .await
                         .unwrap_or(Ok(()));
                 }
-                _ = &mut idle, if idle_limit.is_some() => {
+                _ = &mut killed => {
+                    debug!("Client {} closed by CLIENT KILL", self.client.addr);
+                    return Ok(());
+                }
+                // Monitors are never idle, as in Redis.
+                _ = &mut idle, if idle_limit.is_some() && feed.is_none() => {
                     debug!("Closing idle client {}", self.client.addr);
                     return Ok(());
+                }
+                line = next_line(feed.as_mut()), if feed.is_some() => {
+                    if let Some(feed) = &mut feed
+                        && let Err(behind) = self.take_lines(feed, line)
+                    {
+                        warn!(
+                            "Closing monitor client {} that fell {behind} lines behind",
+                            self.client.addr
+                        );
+                        return Ok(());
+                    }
                 }
                 read = std::future::poll_fn(|cx| self.poll_io(cx)) => {
                     if read? == Some(0) {
@@ -200,6 +233,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                     }
                 }
             }
+            self.monitor = feed;
             if let Some(limit) = idle_limit {
                 idle.as_mut().reset(tokio::time::Instant::now() + limit);
             }
@@ -261,6 +295,29 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         Poll::Ready(Ok(()))
     }
 
+    /// Queues a monitor line and every other one already waiting; the
+    /// error is how many lines were lost when the client fell behind.
+    fn take_lines(
+        &mut self,
+        feed: &mut MonitorFeed,
+        first: Result<Bytes, RecvError>,
+    ) -> Result<(), u64> {
+        let mut line = first;
+        loop {
+            match line {
+                Ok(line) => self.write_buf.extend_from_slice(&line),
+                Err(RecvError::Lagged(lost)) => return Err(lost),
+                // The sender lives as long as the server.
+                Err(RecvError::Closed) => return Ok(()),
+            }
+            line = match feed.lines.try_recv() {
+                Ok(next) => Ok(next),
+                Err(TryRecvError::Lagged(lost)) => Err(RecvError::Lagged(lost)),
+                Err(_) => return Ok(()),
+            };
+        }
+    }
+
     /// Publishes what `CLIENT LIST` shows of this connection.
     fn report_status(&self) {
         let mut meta = self.client.meta();
@@ -310,33 +367,43 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
 
     /// Runs one read's requests and encodes their replies in order.
     async fn execute(&mut self, requests: &mut Vec<Vec<Bytes>>) -> After {
-        let stats = &self.shared.stats;
-        stats
+        self.shared
+            .stats
             .total_commands_processed
             .fetch_add(requests.len() as u64, Ordering::Relaxed);
         if let Some(name) = requests.last().and_then(|args| command::name_of(args)) {
             self.last_command = Some(name);
         }
+        let monitored = self.shared.monitors.active();
+        let slow_from = slowlog::threshold(&self.shared.config);
 
         let mut slots = Vec::with_capacity(requests.len());
         let mut lease_commands = Vec::new();
         let mut after = After::Continue;
-        for args in requests.drain(..) {
-            if !self.authenticated && !allowed_before_auth(&args) {
+        for (index, args) in requests.iter().enumerate() {
+            if !self.authenticated && !allowed_before_auth(args) {
                 slots.push(Slot::Ready(self.protocol, Reply::error(NOAUTH)));
                 continue;
             }
-            match command::parse(args) {
+            let parsed = command::parse(args);
+            if monitored && parsed.is_ok() {
+                self.publish(args);
+            }
+            match parsed {
                 Ok(Command::Lease(command)) => {
                     if let Err(reply) = command.check_id_len(self.shared.config.lease_max_id_len) {
                         slots.push(Slot::Ready(self.protocol, reply));
                         continue;
                     }
                     lease_commands.push(command);
-                    slots.push(Slot::Core(self.protocol));
+                    slots.push(Slot::Core(self.protocol, index));
                 }
                 Ok(command) => {
+                    let started = slow_from.map(|_| Instant::now());
                     let (reply, next) = self.apply(command);
+                    if let (Some(started), Some(slow_from)) = (started, slow_from) {
+                        self.log_if_slow(args, started.elapsed(), slow_from);
+                    }
                     if let Some(reply) = reply {
                         slots.push(Slot::Ready(self.protocol, reply));
                     }
@@ -349,18 +416,30 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 Err(reply) => slots.push(Slot::Ready(self.protocol, reply)),
             }
         }
-        requests.clear();
 
-        let mut core_replies = if lease_commands.is_empty() {
-            Vec::new()
+        let answer = if lease_commands.is_empty() {
+            Answer::default()
         } else {
             self.core.call(lease_commands).await
+        };
+        for (nth, took) in answer.slow {
+            let index = slots
+                .iter()
+                .filter_map(|slot| match slot {
+                    Slot::Core(_, index) => Some(*index),
+                    Slot::Ready(..) => None,
+                })
+                .nth(nth)
+                .expect("one slot per core command");
+            self.log_slow(&requests[index], took);
         }
-        .into_iter();
+        requests.clear();
+
+        let mut core_replies = answer.replies.into_iter();
         for slot in slots {
             let (protocol, reply) = match slot {
                 Slot::Ready(protocol, reply) => (protocol, reply),
-                Slot::Core(protocol) => (
+                Slot::Core(protocol, _) => (
                     protocol,
                     core_replies.next().expect("one reply per command"),
                 ),
@@ -368,6 +447,27 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             reply.encode(protocol, &mut self.write_buf);
         }
         after
+    }
+
+    /// Shows a command to the monitors, unless it is an administrative one
+    /// (as Redis hides those).
+    fn publish(&self, args: &[Bytes]) {
+        if command::name_of(args).is_some_and(|name| !name.is_admin()) {
+            self.shared.monitors.publish(self.client.addr, args);
+        }
+    }
+
+    fn log_if_slow(&self, args: &[Bytes], took: Duration, slow_from: Duration) {
+        if took >= slow_from {
+            self.log_slow(args, took);
+        }
+    }
+
+    fn log_slow(&self, args: &[Bytes], took: Duration) {
+        let max_len = self.shared.config.slowlog_max_len;
+        self.shared
+            .slowlog
+            .record(max_len, args, took, &self.client);
     }
 
     /// Answers a command that needs only this connection and the server.
@@ -390,7 +490,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             Command::Reset => {
                 self.authenticated = self.shared.config.requirepass.is_empty();
                 self.set_protocol(Protocol::Resp2);
-                self.client.meta().name = None;
+                self.monitor = None;
+                let mut meta = self.client.meta();
+                meta.name = None;
+                meta.monitor = false;
                 Reply::Status("RESET")
             }
             Command::Select => Reply::OK,
@@ -413,6 +516,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             Command::ClientList(filter) => {
                 self.report_status();
                 self.client_list(&filter)
+            }
+            Command::ClientKill(filter) => return self.client_kill(&filter),
+            Command::Monitor => {
+                if self.monitor.is_none() {
+                    self.monitor = Some(self.shared.monitors.subscribe());
+                    self.client.meta().monitor = true;
+                }
+                Reply::OK
+            }
+            Command::Slowlog(SlowlogCommand::Get(count)) => self.shared.slowlog.get(count),
+            Command::Slowlog(SlowlogCommand::Len) => Reply::Int(self.shared.slowlog.len() as i64),
+            Command::Slowlog(SlowlogCommand::Reset) => {
+                self.shared.slowlog.reset();
+                Reply::OK
             }
             Command::CommandInfo(names) => docs::info(names.as_deref()),
             Command::CommandCount => docs::count(),
@@ -521,6 +638,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         Reply::OK
     }
 
+    /// `CLIENT KILL`: the old form answers `OK` or an error, the new one
+    /// how many clients it closed. A client that closes itself gets its
+    /// reply first.
+    fn client_kill(&self, filter: &KillFilter) -> (Option<Reply>, After) {
+        let killed = self.shared.clients.kill(filter, self.client.id);
+        let reply = match (filter.legacy, killed) {
+            (true, 0) => Reply::error("ERR No such client"),
+            (true, _) => Reply::OK,
+            (false, n) => Reply::Int(n as i64),
+        };
+        let after = if self.client.killed.is_cancelled() {
+            After::Close
+        } else {
+            After::Continue
+        };
+        (Some(reply), after)
+    }
+
     fn client_list(&self, filter: &ClientFilter) -> Reply {
         let clients = self.shared.clients.snapshot();
         let text: String = clients
@@ -602,6 +737,14 @@ fn allowed_before_auth(args: &[Bytes]) -> bool {
 /// without spaces.
 fn is_printable_word(value: &[u8]) -> bool {
     value.iter().all(|&b| (b'!'..=b'~').contains(&b))
+}
+
+/// The next line for a monitor; only polled when there is a feed.
+async fn next_line(feed: Option<&mut MonitorFeed>) -> Result<Bytes, RecvError> {
+    match feed {
+        Some(feed) => feed.lines.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// `TIME`: wall-clock seconds and microseconds, as bulk strings.

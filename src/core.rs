@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{self as std_mpsc, TryRecvError};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
@@ -33,10 +34,12 @@ use crate::ceiling::CeilingWriter;
 use crate::ceiling::DataDir;
 use crate::command::LeaseCommand;
 use crate::config::Config;
+use crate::glob;
 use crate::info;
 use crate::registry::{Change, Lease, Registry, TokenError};
 use crate::reply::{LeaseReply, Reply};
 use crate::server::{Shared, wall_clock};
+use crate::slowlog;
 
 /// Tokens reserved on disk per write of the ceiling. A crash skips at most
 /// this many; a clean shutdown skips none.
@@ -64,7 +67,18 @@ const REWRITE_NAP: Duration = Duration::from_millis(1);
 /// The lease commands of one read, and where to send their replies.
 struct Batch {
     commands: Vec<LeaseCommand>,
-    reply: oneshot::Sender<Vec<Reply>>,
+    reply: oneshot::Sender<Answer>,
+}
+
+/// The core's answer to a batch.
+#[derive(Debug, Default)]
+pub struct Answer {
+    /// One reply per command, in order.
+    pub replies: Vec<Reply>,
+    /// The commands (by position in the batch) that ran at least
+    /// `slowlog-log-slower-than`, and how long they took: the connection,
+    /// which has their arguments, puts them in the slow log.
+    pub slow: Vec<(usize, Duration)>,
 }
 
 /// How connections reach the core. When the last handle is dropped the
@@ -76,15 +90,18 @@ pub struct CoreHandle {
 
 impl CoreHandle {
     /// Applies `commands` in order and returns one reply for each.
-    pub async fn call(&self, commands: Vec<LeaseCommand>) -> Vec<Reply> {
+    pub async fn call(&self, commands: Vec<LeaseCommand>) -> Answer {
         let count = commands.len();
         let (reply, answer) = oneshot::channel();
         if self.queue.send(Batch { commands, reply }).await.is_ok()
-            && let Ok(replies) = answer.await
+            && let Ok(answer) = answer.await
         {
-            return replies;
+            return answer;
         }
-        vec![Reply::error("ERR the server is shutting down"); count]
+        Answer {
+            replies: vec![Reply::error("ERR the server is shutting down"); count],
+            slow: Vec::new(),
+        }
     }
 }
 
@@ -269,9 +286,13 @@ impl Core {
         self.poll_reservation();
         let clock = wall_clock();
         let refusal = self.log.as_ref().and_then(Log::refusal);
+        let slow_from = slowlog::threshold(&self.shared.config);
         let mut answers = Vec::with_capacity(batches.len());
         for batch in batches.drain(..) {
-            let mut replies = Vec::with_capacity(batch.commands.len());
+            let mut answer = Answer {
+                replies: Vec::with_capacity(batch.commands.len()),
+                slow: Vec::new(),
+            };
             // Replies of commands that changed state: they are only true
             // once the change is in the log.
             let mut changed = Vec::new();
@@ -279,31 +300,38 @@ impl Core {
                 if let Some(refusal) = &refusal
                     && command.changes_state()
                 {
-                    replies.push(Reply::error(refusal.clone()));
+                    answer.replies.push(Reply::error(refusal.clone()));
                     continue;
                 }
+                let started = slow_from.map(|_| Instant::now());
                 let counted = CommandStats::slot(&command);
                 let reply = self.apply(command, clock);
                 if let Some(slot) = counted {
                     self.stats.record(slot, &reply);
                 }
-                if self.log_changes() {
-                    changed.push(replies.len());
+                if let (Some(started), Some(slow_from)) = (started, slow_from) {
+                    let took = started.elapsed();
+                    if took >= slow_from {
+                        answer.slow.push((answer.replies.len(), took));
+                    }
                 }
-                replies.push(reply);
+                if self.log_changes() {
+                    changed.push(answer.replies.len());
+                }
+                answer.replies.push(reply);
             }
-            answers.push((batch.reply, replies, changed));
+            answers.push((batch.reply, answer, changed));
         }
         if let Err(error) = self.commit().await {
-            for (_, replies, changed) in &mut answers {
+            for (_, answer, changed) in &mut answers {
                 for &index in changed.iter() {
-                    replies[index] = Reply::error(error.clone());
+                    answer.replies[index] = Reply::error(error.clone());
                 }
             }
         }
-        for (reply, replies, _) in answers {
+        for (reply, answer, _) in answers {
             // A client that went away no longer needs its replies.
-            let _ = reply.send(replies);
+            let _ = reply.send(answer);
         }
         self.reserve_ahead();
         self.rewrite_when_grown();
@@ -336,6 +364,11 @@ impl Core {
                     None => Reply::Null,
                 }
             }
+            LeaseCommand::Scan {
+                cursor,
+                pattern,
+                count,
+            } => scan(registry, cursor, pattern.as_deref(), count),
             LeaseCommand::DbSize => Reply::Int(registry.len() as i64),
             LeaseCommand::Info { sections } => {
                 let status = self.log.as_ref().map(Log::status);
@@ -567,6 +600,21 @@ pub fn load_state(config: &Config, data_dir: &DataDir) -> Result<(Registry, Opti
         config.appendfsync.as_str(),
     );
     Ok((registry, Some(log)))
+}
+
+/// `LEASE.SCAN`: `[next cursor, [run id ...]]`, as `SCAN` replies.
+fn scan(registry: &Registry, cursor: u64, pattern: Option<&[u8]>, count: usize) -> Reply {
+    let mut runs = Vec::new();
+    let from = usize::try_from(cursor).unwrap_or(usize::MAX);
+    let next = registry.scan(from, count, |run_id| {
+        if pattern.is_none_or(|pattern| glob::matches(pattern, run_id, false)) {
+            runs.push(Reply::Bulk(Bytes::copy_from_slice(run_id)));
+        }
+    });
+    Reply::Array(vec![
+        Reply::bulk(next.unwrap_or(0).to_string()),
+        Reply::Array(runs),
+    ])
 }
 
 fn flag(value: bool) -> Reply {

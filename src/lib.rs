@@ -18,6 +18,8 @@
 //! - [`ceiling`]: the durable fencing-token ceiling and the data-directory lock.
 //! - [`reply`]: reply values and their RESP2/RESP3 encoding.
 //! - [`info`]: the `INFO` text.
+//! - [`monitor`]: the feed of commands to `MONITOR` clients.
+//! - [`slowlog`]: the `SLOWLOG` of commands that ran long.
 //! - [`number`]: numbers in arguments, parsed as Redis parses them.
 //! - [`splitargs`]: Redis's quoted-argument splitting, for inline requests and the config file.
 //! - [`glob`]: Redis's glob patterns, for `CONFIG GET`.
@@ -30,10 +32,12 @@ pub mod connection;
 pub mod core;
 pub mod glob;
 pub mod info;
+pub mod monitor;
 pub mod number;
 pub mod registry;
 pub mod reply;
 pub mod request;
 pub mod server;
+pub mod slowlog;
 pub mod splitargs;
 pub mod tls;

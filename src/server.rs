@@ -23,11 +23,13 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use crate::ceiling::DataDir;
-use crate::command::CommandName;
+use crate::command::{CommandName, KillFilter};
 use crate::config::Config;
 use crate::connection::{Connection, linger};
 use crate::core::{Core, load_state};
+use crate::monitor::Monitors;
 use crate::reply::Protocol;
+use crate::slowlog::SlowLog;
 use crate::tls::{self, TlsAcceptor};
 
 /// State every connection and the core can see.
@@ -41,6 +43,9 @@ pub struct Shared {
     pub started: Instant,
     pub clients: ClientTable,
     pub stats: Stats,
+    /// The connections in `MONITOR` mode, and the feed of commands to them.
+    pub monitors: Monitors,
+    pub slowlog: SlowLog,
     /// Cancelled to shut the server down.
     pub shutdown: CancellationToken,
 }
@@ -67,6 +72,8 @@ pub struct ClientEntry {
     pub local_addr: SocketAddr,
     pub fd: i32,
     pub connected: Instant,
+    /// Cancelled by `CLIENT KILL`: the connection closes at once.
+    pub killed: CancellationToken,
     /// What the client said about itself and what its connection is doing;
     /// the connection updates it once per batch of requests.
     pub meta: Mutex<ClientMeta>,
@@ -78,6 +85,8 @@ pub struct ClientMeta {
     pub lib_name: Option<Bytes>,
     pub lib_ver: Option<Bytes>,
     pub protocol: Option<Protocol>,
+    /// In `MONITOR` mode.
+    pub monitor: bool,
     /// Time since `connected` of the last batch of requests.
     pub last_active: Duration,
     pub last_command: Option<CommandName>,
@@ -98,6 +107,7 @@ impl ClientTable {
             local_addr,
             fd,
             connected: Instant::now(),
+            killed: CancellationToken::new(),
             meta: Mutex::new(ClientMeta::default()),
         });
         self.lock().insert(id, entry.clone());
@@ -121,6 +131,19 @@ impl ClientTable {
         self.lock().values().cloned().collect()
     }
 
+    /// `CLIENT KILL`: closes every client that `filter` matches, on behalf
+    /// of client `me`, and returns how many.
+    pub fn kill(&self, filter: &KillFilter, me: u64) -> usize {
+        let mut killed = 0;
+        for client in self.lock().values() {
+            if client.matches(filter, me) {
+                client.killed.cancel();
+                killed += 1;
+            }
+        }
+        killed
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<ClientEntry>>> {
         // A panic elsewhere cannot leave the map half-updated.
         self.clients
@@ -134,6 +157,21 @@ impl ClientEntry {
         self.meta
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn matches(&self, filter: &KillFilter, me: u64) -> bool {
+        let addr_is = |want: &Option<Bytes>, addr: SocketAddr| {
+            want.as_ref()
+                .is_none_or(|want| want[..] == *addr.to_string().as_bytes())
+        };
+        let spared = filter.nobody || (filter.skip_me && self.id == me);
+        !spared
+            && filter.id.is_none_or(|id| id == self.id)
+            && addr_is(&filter.addr, self.addr)
+            && addr_is(&filter.laddr, self.local_addr)
+            && filter
+                .max_age
+                .is_none_or(|age| self.connected.elapsed().as_secs() > age)
     }
 
     /// One line of `CLIENT LIST` / `CLIENT INFO`, with every field of
@@ -155,7 +193,7 @@ impl ClientEntry {
             .map_or("NULL".to_string(), |name| name.to_string());
         let total_memory = meta.query_buf_capacity + meta.output_capacity;
         format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags=N db=0 sub=0 psub=0 \
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db=0 sub=0 psub=0 \
              ssub=0 multi=-1 qbuf={} qbuf-free={} argv-mem=0 multi-mem=0 rbs={} rbp={} obl=0 \
              oll=0 omem={} tot-mem={} events=r cmd={} user=default redir=-1 resp={} \
              lib-name={} lib-ver={}\n",
@@ -166,6 +204,7 @@ impl ClientEntry {
             text(&meta.name),
             age.as_secs(),
             idle.as_secs(),
+            if meta.monitor { "O" } else { "N" },
             meta.query_buf,
             meta.query_buf_capacity - meta.query_buf,
             meta.query_buf_capacity,
@@ -263,6 +302,8 @@ pub async fn run(
         started: Instant::now(),
         clients: ClientTable::default(),
         stats: Stats::default(),
+        monitors: Monitors::default(),
+        slowlog: SlowLog::default(),
         shutdown: CancellationToken::new(),
     });
     let (core, core_task) = Core::start(registry, log, data_dir.ceiling_writer(), shared.clone())

@@ -82,7 +82,7 @@ fuzz_target!(|data: &[u8]| {
         encode(&Reply::error(error.message()));
     }
     for args in whole.0 {
-        match command::parse(args) {
+        match command::parse(&args) {
             Ok(Command::Lease(lease)) => {
                 if let Err(reply) = lease.check_id_len(1024) {
                     encode(&reply);

@@ -9,6 +9,8 @@
 pub mod docs;
 pub mod table;
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 
 use crate::number::{parse_finite_f64, parse_i64};
@@ -43,6 +45,13 @@ pub enum LeaseCommand {
     Get {
         run_id: Bytes,
         now: Option<f64>,
+    },
+    /// `LEASE.SCAN`: the run ids of up to about `count` leases from slot
+    /// `cursor` on, those matching `pattern` if given.
+    Scan {
+        cursor: u64,
+        pattern: Option<Bytes>,
+        count: usize,
     },
     DbSize,
     /// INFO: the core renders it, as it holds the registry's figures.
@@ -101,6 +110,33 @@ pub enum ClientAttr {
     LibVer,
 }
 
+/// Which clients `CLIENT KILL` closes: those that match every filter given.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KillFilter {
+    /// The old form, `CLIENT KILL addr`: it replies `OK` or an error
+    /// instead of a count, and may close the client that sent it.
+    pub legacy: bool,
+    pub id: Option<u64>,
+    /// `ip:port` as `CLIENT LIST` shows it.
+    pub addr: Option<Bytes>,
+    pub laddr: Option<Bytes>,
+    /// `TYPE master|replica|pubsub` matches nobody: every client is normal.
+    pub nobody: bool,
+    /// Spare the client that sent the command (`SKIPME yes`, the default).
+    pub skip_me: bool,
+    /// Only clients connected for longer than this many seconds.
+    pub max_age: Option<u64>,
+}
+
+/// `SLOWLOG` subcommands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlowlogCommand {
+    /// The newest entries, at most this many; `None` for all of them.
+    Get(Option<usize>),
+    Len,
+    Reset,
+}
+
 /// Filters of `CLIENT LIST`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClientFilter {
@@ -133,6 +169,10 @@ pub enum Command {
     ClientSetInfo(ClientAttr, Bytes),
     ClientInfo,
     ClientList(ClientFilter),
+    ClientKill(KillFilter),
+    /// Stream every command the server runs to this connection.
+    Monitor,
+    Slowlog(SlowlogCommand),
     /// Every command's `COMMAND INFO`, or the named ones'.
     CommandInfo(Option<Vec<Bytes>>),
     CommandCount,
@@ -145,8 +185,10 @@ pub enum Command {
     Shutdown,
 }
 
-/// Parses one request. The error is the reply to send instead.
-pub fn parse(args: Vec<Bytes>) -> Result<Command, Reply> {
+/// Parses one request. The error is the reply to send instead. The
+/// arguments are borrowed (the command takes cheap clones of the ones it
+/// keeps), so the connection still has them for `SLOWLOG`.
+pub fn parse(args: &[Bytes]) -> Result<Command, Reply> {
     let mut args = Args::new(args);
     let name = args
         .next()
@@ -178,6 +220,15 @@ pub struct CommandName {
     spec: &'static CommandSpec,
 }
 
+impl CommandName {
+    /// Whether the command is an administrative one, which `MONITOR` does
+    /// not show (as in Redis: they may carry secrets or be noisy).
+    pub fn is_admin(&self) -> bool {
+        let admin = |spec: &CommandSpec| spec.flags.contains(&"admin");
+        admin(self.spec) || self.parent.is_some_and(admin)
+    }
+}
+
 impl std::fmt::Display for CommandName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.parent {
@@ -200,6 +251,37 @@ pub fn name_of(args: &[Bytes]) -> Option<CommandName> {
         },
         None => CommandName { parent: None, spec },
     })
+}
+
+/// What `MONITOR` and `SLOWLOG` show of a request: the password of `AUTH`
+/// and the credentials of `HELLO ... AUTH` read `(redacted)`, as in Redis.
+pub fn redacted(args: &[Bytes]) -> Cow<'_, [Bytes]> {
+    let hidden = Bytes::from_static(b"(redacted)");
+    let name = args.first().map_or(&b""[..], |name| &name[..]);
+    if name.eq_ignore_ascii_case(b"auth") {
+        let mut shown = args.to_vec();
+        shown[1..].fill(hidden);
+        return Cow::Owned(shown);
+    }
+    if !name.eq_ignore_ascii_case(b"hello") {
+        return Cow::Borrowed(args);
+    }
+    // HELLO protover [AUTH user pass] [SETNAME name], options in any order.
+    let mut shown = args.to_vec();
+    let mut at = 2;
+    while at < shown.len() {
+        let left = shown.len() - at - 1;
+        if shown[at].eq_ignore_ascii_case(b"auth") && left >= 2 {
+            shown[at + 1] = hidden.clone();
+            shown[at + 2] = hidden.clone();
+            at += 3;
+        } else if shown[at].eq_ignore_ascii_case(b"setname") && left >= 1 {
+            at += 2;
+        } else {
+            break;
+        }
+    }
+    Cow::Owned(shown)
 }
 
 /// Redis's arity rule: positive means exactly that many arguments
@@ -266,24 +348,25 @@ fn not_an_integer() -> Reply {
 /// The arguments of one request after its name, consumed front to back.
 /// Arity was checked against the table before a parse step runs, so the
 /// required arguments are there.
-pub struct Args {
-    items: std::vec::IntoIter<Bytes>,
+pub struct Args<'a> {
+    items: std::slice::Iter<'a, Bytes>,
 }
 
-impl Args {
-    fn new(items: Vec<Bytes>) -> Args {
+impl<'a> Args<'a> {
+    fn new(items: &'a [Bytes]) -> Args<'a> {
         Args {
-            items: items.into_iter(),
+            items: items.iter(),
         }
     }
 
+    /// The next argument: a view of the request's bytes, not a copy.
     fn next(&mut self) -> Option<Bytes> {
-        self.items.next()
+        self.items.next().cloned()
     }
 
     /// The next argument, which the command's arity guarantees.
     fn required(&mut self) -> Bytes {
-        self.items.next().expect("arity checked against the table")
+        self.next().expect("arity checked against the table")
     }
 
     fn len(&self) -> usize {
@@ -295,7 +378,7 @@ impl Args {
     }
 
     fn take_rest(&mut self) -> Vec<Bytes> {
-        self.items.by_ref().collect()
+        self.items.by_ref().cloned().collect()
     }
 
     /// Fails with the arity error when arguments remain: for commands
@@ -409,6 +492,45 @@ fn parse_get(args: &mut Args) -> Result<Command, Reply> {
     let run_id = args.required();
     let now = optional_now(args, "lease.get")?;
     Ok(Command::Lease(LeaseCommand::Get { run_id, now }))
+}
+
+/// `LEASE.SCAN cursor [MATCH pattern] [COUNT count]`, parsed as Redis
+/// parses `SCAN`'s options: either may repeat, the last one wins.
+fn parse_scan(args: &mut Args) -> Result<Command, Reply> {
+    let cursor = args.required();
+    let cursor = cursor_arg(&cursor).ok_or_else(|| Reply::error("ERR invalid cursor"))?;
+    let mut pattern = None;
+    let mut count = 10;
+    while let Some(option) = args.next() {
+        let Some(value) = args.next() else {
+            return Err(syntax_error());
+        };
+        if option.eq_ignore_ascii_case(b"match") {
+            // `*` matches every id, the empty one included, as in SCAN.
+            pattern = (&value[..] != b"*").then_some(value);
+        } else if option.eq_ignore_ascii_case(b"count") {
+            count = match parse_i64(&value) {
+                None => return Err(not_an_integer()),
+                Some(n) if n < 1 => return Err(syntax_error()),
+                Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+            };
+        } else {
+            return Err(syntax_error());
+        }
+    }
+    Ok(Command::Lease(LeaseCommand::Scan {
+        cursor,
+        pattern,
+        count,
+    }))
+}
+
+/// A SCAN cursor: an unsigned 64-bit decimal number.
+fn cursor_arg(arg: &[u8]) -> Option<u64> {
+    if arg.is_empty() || !arg.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(arg).ok()?.parse().ok()
 }
 
 fn parse_dbsize(_: &mut Args) -> Result<Command, Reply> {
@@ -563,17 +685,7 @@ fn parse_client_list(args: &mut Args) -> Result<Command, Reply> {
         return Ok(Command::ClientList(ClientFilter::All));
     };
     if option.eq_ignore_ascii_case(b"type") && args.len() == 1 {
-        let kind = args.required();
-        let normal = kind.eq_ignore_ascii_case(b"normal");
-        let known = [&b"master"[..], b"replica", b"slave", b"pubsub"]
-            .iter()
-            .any(|word| kind.eq_ignore_ascii_case(word));
-        if !normal && !known {
-            return Err(Reply::error(format!(
-                "ERR Unknown client type '{}'",
-                truncated(&kind)
-            )));
-        }
+        let normal = client_type_is_normal(&args.required())?;
         return Ok(Command::ClientList(ClientFilter::NormalOnly(normal)));
     }
     if option.eq_ignore_ascii_case(b"id") && args.len() >= 1 {
@@ -587,6 +699,105 @@ fn parse_client_list(args: &mut Args) -> Result<Command, Reply> {
         return Ok(Command::ClientList(ClientFilter::Ids(ids)));
     }
     Err(syntax_error())
+}
+
+/// `CLIENT KILL addr`, or `CLIENT KILL <filter value> ...` with the
+/// filters `ID`, `ADDR`, `LADDR`, `USER`, `TYPE`, `SKIPME` and `MAXAGE`.
+fn parse_client_kill(args: &mut Args) -> Result<Command, Reply> {
+    if args.len() == 1 {
+        return Ok(Command::ClientKill(KillFilter {
+            legacy: true,
+            addr: Some(args.required()),
+            ..KillFilter::default()
+        }));
+    }
+    let mut filter = KillFilter {
+        skip_me: true,
+        ..KillFilter::default()
+    };
+    while let Some(option) = args.next() {
+        let Some(value) = args.next() else {
+            return Err(syntax_error());
+        };
+        let option = option.to_ascii_lowercase();
+        match &option[..] {
+            b"id" => match parse_i64(&value) {
+                Some(id) if id > 0 => filter.id = Some(id as u64),
+                _ => return Err(Reply::error("ERR client-id should be greater than 0")),
+            },
+            b"addr" => filter.addr = Some(value),
+            b"laddr" => filter.laddr = Some(value),
+            b"user" if &value[..] == b"default" => {}
+            b"user" => {
+                return Err(Reply::error(format!(
+                    "ERR No such user '{}'",
+                    truncated(&value)
+                )));
+            }
+            b"type" => filter.nobody |= !client_type_is_normal(&value)?,
+            b"skipme" if value.eq_ignore_ascii_case(b"yes") => filter.skip_me = true,
+            b"skipme" if value.eq_ignore_ascii_case(b"no") => filter.skip_me = false,
+            b"maxage" => match parse_i64(&value) {
+                Some(age) if age >= 0 => filter.max_age = Some(age as u64),
+                _ => return Err(not_an_integer()),
+            },
+            _ => return Err(syntax_error()),
+        }
+    }
+    Ok(Command::ClientKill(filter))
+}
+
+/// Whether a `TYPE` argument names normal clients, the only kind here;
+/// an error for a name Redis does not know.
+fn client_type_is_normal(kind: &[u8]) -> Result<bool, Reply> {
+    if kind.eq_ignore_ascii_case(b"normal") {
+        return Ok(true);
+    }
+    let known = [&b"master"[..], b"replica", b"slave", b"pubsub"]
+        .iter()
+        .any(|word| kind.eq_ignore_ascii_case(word));
+    if known {
+        Ok(false)
+    } else {
+        Err(Reply::error(format!(
+            "ERR Unknown client type '{}'",
+            truncated(kind)
+        )))
+    }
+}
+
+fn parse_monitor(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Monitor)
+}
+
+/// `SLOWLOG GET [count]`: 10 entries by default, all of them for -1.
+fn parse_slowlog_get(args: &mut Args) -> Result<Command, Reply> {
+    let count = match args.next() {
+        None => Some(10),
+        Some(count) => match parse_i64(&count) {
+            None => return Err(not_an_integer()),
+            Some(-1) => None,
+            Some(n) if n < -1 => {
+                return Err(Reply::error(
+                    "ERR count should be greater than or equal to -1",
+                ));
+            }
+            Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+        },
+    };
+    Ok(Command::Slowlog(SlowlogCommand::Get(count)))
+}
+
+fn parse_slowlog_len(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Slowlog(SlowlogCommand::Len))
+}
+
+fn parse_slowlog_reset(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Slowlog(SlowlogCommand::Reset))
+}
+
+fn parse_slowlog_help(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Help(table::SLOWLOG_HELP))
 }
 
 fn parse_command_all(_: &mut Args) -> Result<Command, Reply> {

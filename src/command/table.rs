@@ -169,6 +169,9 @@ const NO_AUTH_FLAGS: &[&str] = &[
 const FAST_CONNECTION: &[&str] = &["@fast", "@connection"];
 const SLOW_CONNECTION: &[&str] = &["@slow", "@connection"];
 const LEASE_WRITE: &[&str] = &["write", "fast"];
+/// Administrative commands: `MONITOR` does not show them.
+const ADMIN_FLAGS: &[&str] = &["admin", "noscript", "loading", "stale"];
+const ADMIN_ACL: &[&str] = &["@admin", "@slow", "@dangerous"];
 const LEASE_ACL: &[&str] = &["@write", "@fast"];
 
 /// `now` as the lease commands take it: optional, in seconds.
@@ -255,6 +258,23 @@ pub static COMMANDS: &[CommandSpec] = &[
             "lease",
             "Return a run's current lease and whether it has expired",
             parse_get,
+        )
+    },
+    CommandSpec {
+        flags: &["readonly"],
+        acl_categories: &["@keyspace", "@read", "@slow"],
+        complexity: "O(1) for every call. O(N) for a complete iteration, N being the number of leases",
+        args: &[
+            arg("cursor", ArgKind::Integer),
+            optional(token("MATCH", arg("pattern", ArgKind::Pattern))),
+            optional(token("COUNT", arg("count", ArgKind::Integer))),
+        ],
+        ..command(
+            "lease.scan",
+            -2,
+            "lease",
+            "Iterate over the runs that hold a lease, a few at a time, without blocking the server",
+            parse_scan,
         )
     },
     CommandSpec {
@@ -421,6 +441,29 @@ pub static COMMANDS: &[CommandSpec] = &[
         )
     },
     CommandSpec {
+        flags: ADMIN_FLAGS,
+        acl_categories: ADMIN_ACL,
+        ..command(
+            "monitor",
+            1,
+            "server",
+            "Stream every command the server runs, as it runs it",
+            parse_monitor,
+        )
+    },
+    CommandSpec {
+        acl_categories: &["@slow"],
+        complexity: "Depends on subcommand.",
+        subcommands: SLOWLOG_SUBCOMMANDS,
+        ..command(
+            "slowlog",
+            -2,
+            "server",
+            "A container for slow log commands",
+            unreachable_container,
+        )
+    },
+    CommandSpec {
         flags: &["loading", "stale", "fast"],
         acl_categories: &["@fast"],
         ..command(
@@ -555,6 +598,35 @@ static CLIENT_SUBCOMMANDS: &[CommandSpec] = &[
         )
     },
     CommandSpec {
+        flags: ADMIN_FLAGS,
+        acl_categories: &["@admin", "@slow", "@dangerous", "@connection"],
+        complexity: "O(N) where N is the number of client connections",
+        // The filters are listed in the reference rather than modelled one
+        // by one: a usage line naming all seven twice reads like noise.
+        args: &[group(
+            "filter",
+            ArgKind::OneOf,
+            &[
+                arg("ip:port", ArgKind::String),
+                multiple(group(
+                    "new-format",
+                    ArgKind::Block,
+                    &[
+                        arg("filter", ArgKind::String),
+                        arg("value", ArgKind::String),
+                    ],
+                )),
+            ],
+        )],
+        ..command(
+            "kill",
+            -3,
+            "connection",
+            "Close client connections: the one at an address, or all that match filters",
+            parse_client_kill,
+        )
+    },
+    CommandSpec {
         flags: &["loading", "stale"],
         acl_categories: SLOW_CONNECTION,
         ..command(
@@ -563,6 +635,56 @@ static CLIENT_SUBCOMMANDS: &[CommandSpec] = &[
             "connection",
             "Show helpful text about the different subcommands",
             parse_client_help,
+        )
+    },
+];
+
+static SLOWLOG_SUBCOMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        flags: &["admin", "loading", "stale"],
+        acl_categories: ADMIN_ACL,
+        complexity: "O(N) where N is the number of entries returned",
+        args: &[optional(arg("count", ArgKind::Integer))],
+        ..command(
+            "get",
+            -2,
+            "server",
+            "Return the newest entries of the slow log",
+            parse_slowlog_get,
+        )
+    },
+    CommandSpec {
+        flags: &["admin", "loading", "stale"],
+        acl_categories: ADMIN_ACL,
+        ..command(
+            "len",
+            2,
+            "server",
+            "Return the number of entries in the slow log",
+            parse_slowlog_len,
+        )
+    },
+    CommandSpec {
+        flags: &["admin", "loading", "stale"],
+        acl_categories: ADMIN_ACL,
+        complexity: "O(N) where N is the number of entries in the slow log",
+        ..command(
+            "reset",
+            2,
+            "server",
+            "Clear the slow log",
+            parse_slowlog_reset,
+        )
+    },
+    CommandSpec {
+        flags: &["loading", "stale"],
+        acl_categories: &["@slow"],
+        ..command(
+            "help",
+            2,
+            "server",
+            "Show helpful text about the different subcommands",
+            parse_slowlog_help,
         )
     },
 ];
@@ -665,6 +787,17 @@ pub const CLIENT_HELP: &[&str] = &[
     "    Return the ID of the current connection.",
     "INFO",
     "    Return information about the current client connection.",
+    "KILL <ip:port>",
+    "    Close the connection made from <ip:port>.",
+    "KILL <filter> <value> [<filter> <value> ...]",
+    "    Close every connection that matches all the filters:",
+    "    * ID <client-id>: the connection with that id",
+    "    * ADDR <ip:port>: the connection made from that address",
+    "    * LADDR <ip:port>: connections made to that local address",
+    "    * TYPE <NORMAL|MASTER|REPLICA|PUBSUB>: every connection is NORMAL",
+    "    * USER <username>: the only user is default",
+    "    * SKIPME <YES|NO>: spare this connection (default: YES)",
+    "    * MAXAGE <seconds>: connections older than that",
     "LIST [TYPE <normal|master|replica|pubsub>] [ID <id> [<id> ...]]",
     "    Return information about client connections.",
     "SETINFO <LIB-NAME|LIB-VER> <value>",
@@ -689,6 +822,21 @@ pub const COMMAND_HELP: &[&str] = &[
     "DOCS [<command-name> ...]",
     "    Return documentation details about multiple commands.",
     "    If no command names are given, documentation for all commands is returned.",
+    "HELP",
+    "    Print this help.",
+];
+
+pub const SLOWLOG_HELP: &[&str] = &[
+    "SLOWLOG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "GET [<count>]",
+    "    Return top <count> entries from the slowlog (default: 10, -1 mean all).",
+    "    Entries are made of:",
+    "    id, timestamp, time in microseconds, arguments array, client IP and port,",
+    "    client name",
+    "LEN",
+    "    Return the length of the slowlog.",
+    "RESET",
+    "    Reset the slowlog.",
     "HELP",
     "    Print this help.",
 ];

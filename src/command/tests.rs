@@ -1,12 +1,11 @@
 use super::*;
 
 fn parse_words(words: &[&str]) -> Result<Command, Reply> {
-    parse(
-        words
-            .iter()
-            .map(|w| Bytes::copy_from_slice(w.as_bytes()))
-            .collect(),
-    )
+    let args: Vec<Bytes> = words
+        .iter()
+        .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+        .collect();
+    parse(&args)
 }
 
 fn error_of(words: &[&str]) -> String {

@@ -471,6 +471,30 @@ impl Registry {
         (end < self.leases.bound()).then_some(end)
     }
 
+    /// `LEASE.SCAN`'s walk: the run ids of the leases in slots `from..`,
+    /// until `count` leases were seen or `10 * count` slots visited (so a
+    /// call on a sparse table stays short); returns where to continue, or
+    /// `None` after the last slot. Leases past retention are gone, reclaimed
+    /// yet or not, and are skipped. A lease keeps its slot while it lives,
+    /// so a walk spread over many calls sees every lease that was there
+    /// throughout it, exactly once.
+    pub fn scan(&self, from: usize, count: usize, mut visit: impl FnMut(&[u8])) -> Option<usize> {
+        let bound = self.leases.bound();
+        let last = from.saturating_add(count.saturating_mul(10)).min(bound);
+        let mut seen = 0;
+        let mut slot = from;
+        while slot < last && seen < count {
+            if let Some(entry) = self.leases.at(slot)
+                && !self.past_retention(slot as u32)
+            {
+                visit(entry.run_id());
+                seen += 1;
+            }
+            slot += 1;
+        }
+        (slot < bound).then_some(slot)
+    }
+
     fn next_token(&mut self) -> Result<u64, TokenError> {
         if self.last_token >= MAX_TOKEN {
             return Err(TokenError::Exhausted);
