@@ -209,11 +209,17 @@ fn arg_syntax(arg: &Arg) -> String {
     }
 }
 
-/// Every command's usage line, for the documentation check.
-pub fn all_syntax() -> Vec<String> {
+/// Every command's name as the reference's heading gives it (`CLIENT
+/// KILL`) and its usage line, for the documentation check. A container
+/// has no entry of its own unless it runs bare (`COMMAND`).
+pub fn reference_entries() -> Vec<(String, String)> {
     all_specs()
-        // A container has no usage of its own unless it runs bare.
         .filter(|(_, spec)| spec.subcommands.is_empty() || spec.arity == -1)
-        .map(|(parent, spec)| syntax(parent, spec))
+        .map(|(parent, spec)| {
+            let heading = table::full_name(parent, spec)
+                .replace('|', " ")
+                .to_ascii_uppercase();
+            (heading, syntax(parent, spec))
+        })
         .collect()
 }

@@ -829,14 +829,12 @@ pub const COMMAND_HELP: &[&str] = &[
 pub const SLOWLOG_HELP: &[&str] = &[
     "SLOWLOG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
     "GET [<count>]",
-    "    Return top <count> entries from the slowlog (default: 10, -1 mean all).",
-    "    Entries are made of:",
-    "    id, timestamp, time in microseconds, arguments array, client IP and port,",
-    "    client name",
+    "    The newest <count> entries, newest first (default 10; -1 for all). Each is",
+    "    [id, unix time, microseconds, [arguments], client ip:port, client name].",
     "LEN",
-    "    Return the length of the slowlog.",
+    "    The number of entries.",
     "RESET",
-    "    Reset the slowlog.",
+    "    Empty the slow log.",
     "HELP",
     "    Print this help.",
 ];

@@ -255,7 +255,10 @@ fn ping_select_auth_and_shutdown() {
 
 #[test]
 fn syntax_lines_come_from_the_table() {
-    let lines = docs::all_syntax();
+    let lines: Vec<String> = docs::reference_entries()
+        .into_iter()
+        .map(|(_, line)| line)
+        .collect();
     assert!(lines.contains(&"LEASE.ACQUIRE run worker [now] [TTL seconds]".to_string()));
     assert!(lines.contains(&"LEASE.HEARTBEAT lease_id token [now]".to_string()));
     assert!(lines.contains(&"LEASE.VALIDATE run lease_id token [now]".to_string()));
@@ -268,17 +271,61 @@ fn syntax_lines_come_from_the_table() {
     assert!(lines.contains(&"CLIENT SETINFO <LIB-NAME libname | LIB-VER libver>".to_string()));
     assert!(!lines.contains(&"CLIENT".to_string()));
     assert!(lines.contains(&"SHUTDOWN [NOSAVE | SAVE] [NOW] [FORCE] [ABORT]".to_string()));
+    assert!(lines.contains(&"LEASE.SCAN cursor [MATCH pattern] [COUNT count]".to_string()));
+    assert!(lines.contains(&"CLIENT KILL <ip:port | filter value [filter value ...]>".to_string()));
+    assert!(lines.contains(&"SLOWLOG GET [count]".to_string()));
 }
 
-#[test]
-fn every_documented_command_is_in_the_reference() {
+/// The `### ` sections of docs/commands.md: heading and body.
+fn reference_sections() -> Vec<(String, String)> {
     let reference =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/commands.md"))
             .expect("docs/commands.md exists");
-    for line in docs::all_syntax() {
+    let mut sections: Vec<(String, String)> = Vec::new();
+    for line in reference.lines() {
+        if let Some(heading) = line.strip_prefix("### ") {
+            sections.push((heading.to_string(), String::new()));
+        } else if line.starts_with("## ") {
+            sections.push((String::new(), String::new()));
+        } else if let Some((_, body)) = sections.last_mut() {
+            body.push_str(line);
+            body.push('\n');
+        }
+    }
+    sections
+}
+
+#[test]
+fn the_reference_documents_every_command_from_the_table() {
+    let sections = reference_sections();
+    for (name, syntax) in docs::reference_entries() {
+        let Some((_, body)) = sections.iter().find(|(heading, _)| *heading == name) else {
+            panic!("docs/commands.md has no `### {name}` section");
+        };
         assert!(
-            reference.contains(&format!("`{line}`")),
-            "docs/commands.md lacks the syntax line `{line}`"
+            body.contains(&format!("`{syntax}`")),
+            "the {name} section lacks the syntax line `{syntax}`"
         );
+        for part in ["- Reply", "- Errors", "```"] {
+            assert!(body.contains(part), "the {name} section lacks `{part}`");
+        }
+    }
+}
+
+#[test]
+fn the_reference_documents_no_command_the_table_lacks() {
+    let known: Vec<String> = docs::reference_entries()
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    for (heading, _) in reference_sections() {
+        // Command headings are upper case; "The lease map" is not one.
+        let is_command = !heading.is_empty()
+            && heading
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c == '.' || c == ' ');
+        if is_command {
+            assert!(known.contains(&heading), "`### {heading}` is not a command");
+        }
     }
 }
