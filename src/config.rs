@@ -57,6 +57,24 @@ impl LogLevel {
     }
 }
 
+/// `logformat`: how each log line is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable: time, level, message.
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+impl LogFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
+}
+
 /// `tls-auth-clients`: whether a TLS client must present a certificate
 /// signed by one of `tls-ca-cert-file`'s CAs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,6 +113,10 @@ pub struct Config {
     /// 0 keeps expired leases forever.
     pub lease_retention: f64,
     pub loglevel: LogLevel,
+    /// Text or JSON lines.
+    pub logformat: LogFormat,
+    /// The file log lines are appended to; `None`: standard output.
+    pub logfile: Option<PathBuf>,
     /// Whether changes go to the append-only log (leases survive restarts).
     pub appendonly: bool,
     /// The log's file name inside `dir`.
@@ -277,6 +299,24 @@ static DIRECTIVES: &[Directive] = &[
         arity: Arity::One,
         set: set_loglevel,
         show: |c| c.loglevel.as_str().to_owned(),
+    },
+    Directive {
+        name: "logformat",
+        default: &["text"],
+        value_name: "text|json",
+        help: "Log lines as human-readable text or as one JSON object per line",
+        arity: Arity::One,
+        set: set_logformat,
+        show: |c| c.logformat.as_str().to_owned(),
+    },
+    Directive {
+        name: "logfile",
+        default: &[""],
+        value_name: "PATH",
+        help: "Append log lines to this file instead of standard output (empty: standard output)",
+        arity: Arity::One,
+        set: |c, args| set_path(&mut c.logfile, &args[0]),
+        show: |c| show_path(&c.logfile),
     },
     Directive {
         name: "appendonly",
@@ -660,6 +700,15 @@ fn set_loglevel(config: &mut Config, args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+fn set_logformat(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.logformat = match args[0].to_ascii_lowercase().as_str() {
+        "text" => LogFormat::Text,
+        "json" => LogFormat::Json,
+        _ => return Err("invalid logformat (expected text or json)".into()),
+    };
+    Ok(())
+}
+
 fn set_yes_no(field: &mut bool, name: &str, arg: &str) -> Result<(), String> {
     *field = match arg.to_ascii_lowercase().as_str() {
         "yes" => true,
@@ -764,6 +813,8 @@ impl Default for Config {
             lease_ttl: 0.0,
             lease_retention: 0.0,
             loglevel: LogLevel::Notice,
+            logformat: LogFormat::Text,
+            logfile: None,
             appendonly: false,
             appendfilename: String::new(),
             appendfsync: FsyncPolicy::EverySec,
@@ -954,6 +1005,8 @@ mod tests {
         assert_eq!(config.dir, PathBuf::from("./data"));
         assert_eq!(config.lease_ttl, 10.0);
         assert_eq!(config.loglevel, LogLevel::Notice);
+        assert_eq!(config.logformat, LogFormat::Text);
+        assert_eq!(config.logfile, None);
         assert_eq!(config.config_file, None);
     }
 
@@ -1054,6 +1107,31 @@ mod tests {
         assert_eq!(
             invalid("dir \"\""),
             "test.conf:1: 'dir \"\"': invalid dir (expected a non-empty path)"
+        );
+    }
+
+    #[test]
+    fn logging_directives() {
+        let config = parse_text("logformat JSON\nlogfile \"/var/log/leased/leased.log\"").unwrap();
+        assert_eq!(config.logformat, LogFormat::Json);
+        assert_eq!(
+            config.logfile,
+            Some(PathBuf::from("/var/log/leased/leased.log"))
+        );
+        assert_eq!(
+            config.get(b"logf*"),
+            [
+                ("logformat", "json".to_owned()),
+                ("logfile", "/var/log/leased/leased.log".to_owned()),
+            ]
+        );
+        // The empty string is standard output, as in Redis.
+        let config = parse_text("logfile a.log\nlogfile \"\"\nlogformat text").unwrap();
+        assert_eq!(config.logfile, None);
+        assert_eq!(config.logformat, LogFormat::Text);
+        assert_eq!(
+            invalid("logformat yaml"),
+            "test.conf:1: 'logformat yaml': invalid logformat (expected text or json)"
         );
     }
 
@@ -1297,6 +1375,8 @@ mod tests {
             ("lease-ttl", "10"),
             ("lease-retention", "3600"),
             ("loglevel", "notice"),
+            ("logformat", "text"),
+            ("logfile", ""),
             ("appendonly", "yes"),
             ("appendfilename", "leased.aof"),
             ("appendfsync", "everysec"),
@@ -1340,6 +1420,7 @@ mod tests {
             ["lease-ttl", "lease-retention", "lease-max-id-len"]
         );
         assert_eq!(names(&config, "appendonly"), ["appendonly"]);
+        assert_eq!(names(&config, "log*"), ["loglevel", "logformat", "logfile"]);
         assert_eq!(names(&config, "d*"), ["dir", "databases"]);
         assert!(config.get(b"nosuch").is_empty());
         assert!(config.get(b"").is_empty());

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
-use tracing::{error, info, warn};
+use tracing::{error, info};
 
 use crate::aof::{Log, LogOptions, RewriteStep};
 use crate::ceiling::CeilingWriter;
@@ -572,11 +572,8 @@ pub fn load_state(config: &Config, data_dir: &DataDir) -> Result<(Registry, Opti
     let ceiling = data_dir.read_ceiling().map_err(|e| e.to_string())?;
     let mut registry = Registry::new(config.lease_ttl, ceiling, ceiling);
     registry.set_retention(config.lease_retention);
+    // Memory only: the start-up warnings (crate::warnings) say so.
     if !config.appendonly {
-        warn!(
-            "appendonly is no: leases are kept in memory only and do not survive a restart; \
-             fencing tokens do (the token ceiling is stored in the data directory)"
-        );
         return Ok((registry, None));
     }
     let options = LogOptions {
@@ -591,13 +588,12 @@ pub fn load_state(config: &Config, data_dir: &DataDir) -> Result<(Registry, Opti
     let (log, recovery) = Log::open(options, |change| registry.apply(change))?;
     info!(
         "Loaded {} records from the append-only log {} in {:.3} seconds: {} leases, \
-         last fencing token {}, appendfsync {}",
+         last fencing token {}",
         recovery.records,
         log.path().display(),
         started.elapsed().as_secs_f64(),
         registry.len(),
         registry.last_token(),
-        config.appendfsync.as_str(),
     );
     Ok((registry, Some(log)))
 }

@@ -8,6 +8,8 @@
 //! ```
 //!
 //! - [`config`]: the directive table, the redis.conf-style file, `--directive` overrides.
+//! - [`warnings`]: settings that put leases at risk, warned about at start-up.
+//! - [`logging`]: log levels, text or JSON lines, standard output or `logfile`.
 //! - [`server`]: listeners, the client table, shutdown.
 //! - [`connection`]: one client's session: read, parse, dispatch, write.
 //! - [`tls`]: the TLS certificates and client-certificate policy for `tls-port`.
@@ -32,6 +34,7 @@ pub mod connection;
 pub mod core;
 pub mod glob;
 pub mod info;
+pub mod logging;
 pub mod monitor;
 pub mod number;
 pub mod registry;
@@ -41,3 +44,4 @@ pub mod server;
 pub mod slowlog;
 pub mod splitargs;
 pub mod tls;
+pub mod warnings;

@@ -1,13 +1,13 @@
 //! `leased [CONFIG_FILE] [--directive value ...]`: parse the configuration,
 //! open the data directory, bind, and serve until shutdown.
 
-use std::io::IsTerminal;
+use std::path::Path;
 use std::process::ExitCode;
 
 use leased::ceiling::DataDir;
-use leased::config::{Config, ConfigError, LogLevel};
-use leased::server;
-use tracing::level_filters::LevelFilter;
+use leased::config::{Config, ConfigError};
+use leased::warnings::risky_settings;
+use leased::{logging, server};
 use tracing::{error, info, warn};
 
 fn main() -> ExitCode {
@@ -19,7 +19,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    init_logging(config.loglevel);
+    if let Err(message) = logging::init(&config) {
+        eprintln!("leased: {message}");
+        return ExitCode::FAILURE;
+    }
     let runtime = match runtime_builder(config.io_threads).enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -56,12 +59,21 @@ async fn start(config: Config) -> Result<(), String> {
         std::process::id(),
         config
             .config_file
-            .as_ref()
-            .map_or("none".to_string(), |path| path.display().to_string()),
+            .as_deref()
+            .map_or("none".into(), absolute),
     );
     raise_open_files_limit(config.maxclients);
     let data_dir = DataDir::open(&config.dir).map_err(|e| e.to_string())?;
-    info!("Data directory: {}", absolute(&config.dir));
+    info!(
+        "Data directory: {}; persistence: {}",
+        absolute(&config.dir),
+        persistence(&config)
+    );
+    for warning in risky_settings(&config) {
+        warn!("{warning}");
+    }
+    // The ports come last, in "Ready to accept connections on ...", once
+    // they are bound (with the real port for `--port 0`).
     let listeners = server::bind(&config).await?;
     server::run(config, listeners, data_dir, std::future::pending()).await
 }
@@ -87,27 +99,24 @@ fn raise_open_files_limit(maxclients: usize) {
     }
 }
 
-fn absolute(path: &std::path::Path) -> String {
+/// The persistence mode, in the directives' own words (the log's path
+/// follows when it is loaded).
+fn persistence(config: &Config) -> String {
+    if config.appendonly {
+        format!(
+            "appendonly yes, appendfsync {}",
+            config.appendfsync.as_str()
+        )
+    } else {
+        "appendonly no (leases in memory only)".to_owned()
+    }
+}
+
+fn absolute(path: &Path) -> String {
     std::path::absolute(path)
         .unwrap_or_else(|_| path.to_path_buf())
         .display()
         .to_string()
-}
-
-/// Logs go to standard output, as redis-server's do without a logfile.
-fn init_logging(level: LogLevel) {
-    let filter = match level {
-        LogLevel::Debug => LevelFilter::TRACE,
-        LogLevel::Verbose => LevelFilter::DEBUG,
-        LogLevel::Notice => LevelFilter::INFO,
-        LogLevel::Warning => LevelFilter::WARN,
-        LogLevel::Nothing => LevelFilter::OFF,
-    };
-    tracing_subscriber::fmt()
-        .with_max_level(filter)
-        .with_target(false)
-        .with_ansi(std::io::stdout().is_terminal())
-        .init();
 }
 
 /// jemalloc, chosen by measurement (docs/benchmarks.md): about 20% more

@@ -164,6 +164,7 @@ fn bad_values_name_the_directive() {
         ("lease-ttl", "-1"),
         ("lease-ttl", "abc"),
         ("loglevel", "loud"),
+        ("logformat", "yaml"),
         ("bind", "localhost"),
     ] {
         let file = write_file(
@@ -380,12 +381,16 @@ fn the_start_up_log_names_version_and_dir_and_warns_about_leases() {
         log.contains(dir.to_str().unwrap()),
         "no line names the data directory:\n{log}"
     );
+    assert!(
+        log.lines().any(|line| line.contains(dir.to_str().unwrap())
+            && line.contains("persistence: appendonly yes, appendfsync everysec")),
+        "no line names the data directory and the persistence mode:\n{log}"
+    );
     let aof = dir.join("leased.aof");
     assert!(
         log.lines()
-            .any(|line| line.contains(aof.to_str().unwrap())
-                && line.contains("appendfsync everysec")),
-        "no line names the append-only log and its fsync mode:\n{log}"
+            .any(|line| line.contains("Loaded") && line.contains(aof.to_str().unwrap())),
+        "no line names the append-only log:\n{log}"
     );
     assert!(!log.contains("do not survive a restart"), "{log}");
     server.stop();

@@ -232,11 +232,22 @@ fn collect_output(
     })
 }
 
-/// The port in `Ready to accept connections on 127.0.0.1:PORT`.
+/// The port in `Ready to accept connections on 127.0.0.1:PORT`, whichever
+/// the log format.
 fn ready_port(line: &str) -> Option<u16> {
-    let rest = line.split("Ready to accept connections on ").nth(1)?;
+    let message = log_message(line);
+    let rest = message.split("Ready to accept connections on ").nth(1)?;
     let first = rest.split(',').next()?.trim();
     first.rsplit(':').next()?.parse().ok()
+}
+
+/// A log line's message: the `message` of a JSON line (`logformat json`),
+/// the whole line otherwise.
+pub fn log_message(line: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(line)
+        .ok()
+        .and_then(|json| Some(json.get("message")?.as_str()?.to_owned()))
+        .unwrap_or_else(|| line.to_owned())
 }
 
 /// Sends raw bytes and reads until `expected` bytes have arrived (or the

@@ -1,0 +1,152 @@
+//! Log output: Redis's log levels, text or JSON lines, standard output or
+//! `logfile`.
+//!
+//! JSON lines are flat objects, `{"timestamp":..,"level":..,"message":..}`,
+//! so a log shipper finds the message at the top level, as it finds the
+//! text of a plain line. The message text is the same in both formats.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+use tracing::level_filters::LevelFilter;
+use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::fmt::writer::BoxMakeWriter;
+
+use crate::config::{Config, LogFormat, LogLevel};
+
+/// Installs the global subscriber for `config`'s `loglevel`, `logformat`
+/// and `logfile`. Fails, naming the file, if `logfile` cannot be opened
+/// for appending.
+pub fn init(config: &Config) -> Result<(), String> {
+    let (writer, terminal) = match &config.logfile {
+        None => (BoxMakeWriter::new(io::stdout), io::stdout().is_terminal()),
+        Some(path) => (BoxMakeWriter::new(LogFile::check(path)?), false),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_max_level(level_filter(config.loglevel))
+        .with_target(false)
+        .with_writer(writer);
+    match config.logformat {
+        LogFormat::Text => builder.with_ansi(terminal).init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .init(),
+    }
+    Ok(())
+}
+
+/// Redis's levels onto tracing's: `notice`, the production level, is
+/// `INFO`, so `verbose` is `DEBUG` and `debug` everything.
+fn level_filter(level: LogLevel) -> LevelFilter {
+    match level {
+        LogLevel::Debug => LevelFilter::TRACE,
+        LogLevel::Verbose => LevelFilter::DEBUG,
+        LogLevel::Notice => LevelFilter::INFO,
+        LogLevel::Warning => LevelFilter::WARN,
+        LogLevel::Nothing => LevelFilter::OFF,
+    }
+}
+
+/// `logfile`: the file is opened anew for every line, as redis-server
+/// does, so a log rotated by renaming it (logrotate without
+/// `copytruncate`) goes on in a new file at once.
+struct LogFile(PathBuf);
+
+impl LogFile {
+    /// A log file that can be opened now.
+    fn check(path: &Path) -> Result<LogFile, String> {
+        let file = LogFile(path.to_path_buf());
+        file.open().map_err(|e| {
+            format!(
+                "can't open the log file '{}' (logfile): {e}",
+                path.display()
+            )
+        })?;
+        Ok(file)
+    }
+
+    fn open(&self) -> io::Result<File> {
+        OpenOptions::new().create(true).append(true).open(&self.0)
+    }
+}
+
+impl<'a> MakeWriter<'a> for LogFile {
+    type Writer = LogLine;
+
+    fn make_writer(&'a self) -> LogLine {
+        LogLine(self.open())
+    }
+}
+
+/// One line's writer: the file, or why it could not be opened, which
+/// tracing-subscriber then reports on standard error.
+struct LogLine(io::Result<File>);
+
+impl Write for LogLine {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match &mut self.0 {
+            Ok(file) => file.write(buf),
+            Err(error) => Err(io::Error::new(error.kind(), error.to_string())),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match &mut self.0 {
+            Ok(file) => file.flush(),
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_line(log: &LogFile, line: &str) -> io::Result<()> {
+        log.make_writer().write_all(line.as_bytes())
+    }
+
+    #[test]
+    fn lines_are_appended_and_a_renamed_file_is_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("leased.log");
+        std::fs::write(&path, "before\n").unwrap();
+        let log = LogFile::check(&path).unwrap();
+        write_line(&log, "one\n").unwrap();
+        let rotated = dir.path().join("leased.log.1");
+        std::fs::rename(&path, &rotated).unwrap();
+        write_line(&log, "two\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&rotated).unwrap(), "before\none\n");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "two\n");
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_opened_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("missing-dir/leased.log");
+        let Err(message) = LogFile::check(&path) else {
+            panic!("a log file in a missing directory was accepted");
+        };
+        assert!(
+            message.starts_with(&format!(
+                "can't open the log file '{}' (logfile): ",
+                path.display()
+            )),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_line_that_cannot_be_written_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/leased.log");
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        let log = LogFile::check(&path).unwrap();
+        std::fs::remove_dir_all(dir.path().join("sub")).unwrap();
+        assert!(write_line(&log, "lost\n").is_err());
+    }
+}
