@@ -419,3 +419,40 @@ fn a_worker_stops_writing_once_a_heartbeat_fails() {
         assert_eq!(row(&db, &run), Some(expected), "{output}");
     }
 }
+
+/// README's "A worker" quotes the examples: each quoted block's lines
+/// (indentation aside) are a run of consecutive lines of its example.
+#[test]
+fn the_readme_quotes_the_workers_as_they_are() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let section = readme
+        .split("\n## A worker\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("README has an \"A worker\" section");
+    let mut quoted = 0;
+    for (fence, file) in [("```python\n", "worker.py"), ("```rust\n", "worker.rs")] {
+        let source = std::fs::read_to_string(root.join("examples").join(file)).unwrap();
+        let source = code_lines(&source);
+        for block in section.split(fence).skip(1) {
+            let block = code_lines(block.split("```").next().unwrap());
+            let found = source.windows(block.len()).any(|window| window == block);
+            assert!(
+                found,
+                "README quotes lines not in examples/{file}:\n{}",
+                block.join("\n")
+            );
+            quoted += 1;
+        }
+    }
+    assert!(quoted >= 2, "README's \"A worker\" quotes no worker");
+}
+
+/// Non-blank lines, without their indentation.
+fn code_lines(text: &str) -> Vec<&str> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect()
+}
