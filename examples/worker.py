@@ -1,67 +1,120 @@
 """A worker that holds a lease on its run while it works (redis-py 5).
 
-    python3 examples/worker.py [PORT] [RUN]
+    python3 examples/worker.py --port 6479 --run run-42 --db checkpoints.db
 
 It acquires the run, heartbeats in the background at a third of the TTL,
-stamps every write with its fencing token, stops writing the moment a
-heartbeat fails, and releases the lease when done.
+and checkpoints its progress into a SQLite table, each write stamped with
+its fencing token. It stops writing the moment a heartbeat fails, and
+releases the lease when done. examples/worker.rs is the same worker in Rust,
+with the same options, outputs, exit codes and table: the two can share one
+database file.
+
+Exit codes: 0 finished, 3 the run is held by another worker, 4 lease lost
+(stopped writing), 5 a write rejected by the storage (stale token), 1 any
+other error.
 """
 
+import argparse
+import os
+import signal
+import sqlite3
 import sys
 import threading
 import time
 
 import redis
 
-TTL = 3.0
+HELD, LOST, REJECTED = 3, 4, 5
+
+SCHEMA = """CREATE TABLE IF NOT EXISTS checkpoints (
+    run TEXT PRIMARY KEY, step INTEGER NOT NULL, token INTEGER NOT NULL, worker TEXT NOT NULL)"""
+
+# The fencing check is made by the storage, in the same statement as the
+# write. The worker cannot make it: it may be paused (GC, a suspended VM) or
+# cut off between its last good heartbeat and the write, and does not know
+# that its lease expired and the run has a new owner with a higher token.
+# A write whose token is older than the row's changes no row.
+CHECKPOINT = """INSERT INTO checkpoints (run, step, token, worker) VALUES (?, ?, ?, ?)
+    ON CONFLICT (run) DO UPDATE
+    SET step = excluded.step, token = excluded.token, worker = excluded.worker
+    WHERE excluded.token >= checkpoints.token"""
 
 
-class Storage:
-    """Stands in for the database the worker writes to. It remembers the
-    newest fencing token it has seen and refuses writes with an older one:
-    that check, on the storage side, is what makes a stale worker harmless."""
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--port", type=int, default=6479, help="leased's port on 127.0.0.1")
+    parser.add_argument("--run", default="run-42", help="the run to work on")
+    parser.add_argument("--db", default="checkpoints.db", help="the SQLite database file")
+    parser.add_argument("--worker", default="worker-py", help="this worker's id")
+    parser.add_argument("--ttl", type=float, default=3.0, help="lease TTL in seconds")
+    parser.add_argument("--steps", type=int, default=5, help="checkpoints to write")
+    parser.add_argument("--interval", type=float, default=0.2, help="seconds of work per step")
+    parser.add_argument(
+        "--pause-before-write", type=int, metavar="K",
+        help="demonstration: stop the whole process (SIGSTOP) just before checkpoint K",
+    )
+    return parser.parse_args()
 
-    def __init__(self):
-        self.newest_token = 0
-        self.rows = {}
 
-    def write(self, key, value, token):
-        if token < self.newest_token:
-            raise PermissionError(f"stale fencing token {token} < {self.newest_token}")
-        self.newest_token = token
-        self.rows[key] = value
+def say(line):
+    print(line, flush=True)
+
+
+def checkpoint(db, run, step, token, worker):
+    """Writes the run's checkpoint; False if the storage rejected the token."""
+    return db.execute(CHECKPOINT, (run, step, token, worker)).rowcount == 1
+
+
+def pause(step):
+    """Stops the whole process, heartbeat thread included, as a long GC
+    pause would; `kill -CONT` resumes it, straight on to the write."""
+    say(f"pausing before checkpoint {step} (SIGSTOP)")
+    os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def main():
-    port = int(sys.argv[1]) if len(sys.argv) > 1 else 6479
-    run = sys.argv[2] if len(sys.argv) > 2 else "run-42"
-    r = redis.Redis(host="127.0.0.1", port=port, protocol=3)
+    args = parse_args()
+    db = sqlite3.connect(args.db, isolation_level=None)  # each statement commits
+    db.execute(SCHEMA)
+    # A reply slower than the heartbeat period counts as a failed heartbeat.
+    r = redis.Redis(port=args.port, protocol=3, socket_timeout=args.ttl / 3)
 
-    lease = r.execute_command("LEASE.ACQUIRE", run, "worker-py", "TTL", TTL)
+    lease = r.execute_command("LEASE.ACQUIRE", args.run, args.worker, "TTL", args.ttl)
     if lease is None:
-        sys.exit(f"{run} is held by another worker")
+        say(f"{args.run} is held by another worker")
+        sys.exit(HELD)
     lease_id, token = lease[b"lease_id"], lease[b"fencing_token"]
-    print(f"acquired {lease_id.decode()} (token {token})")
+    say(f"acquired {lease_id.decode()} (token {token})")
 
     lost = threading.Event()
 
     def heartbeat():
-        while not lost.wait(TTL / 3):
-            if r.execute_command("LEASE.HEARTBEAT", lease_id, token) != 1:
+        while not lost.wait(args.ttl / 3):
+            try:
+                extended = r.execute_command("LEASE.HEARTBEAT", lease_id, token)
+            except Exception:  # an error or a timeout: the lease may be gone
+                extended = 0
+            if extended != 1:
                 lost.set()
 
     threading.Thread(target=heartbeat, daemon=True).start()
 
-    storage = Storage()
-    for step in range(5):
+    for step in range(args.steps):
+        if step > 0:
+            time.sleep(args.interval)  # the work
         if lost.is_set():
-            sys.exit("lease lost: stopped writing")
-        storage.write(f"{run}/checkpoint", step, token)
-        time.sleep(0.2)
+            say(f"lease lost: stopped writing before checkpoint {step}")
+            sys.exit(LOST)
+        if step == args.pause_before_write:
+            pause(step)
+        if not checkpoint(db, args.run, step, token, args.worker):
+            say(f"write rejected: checkpoint {step}'s token {token} is older than the table's")
+            sys.exit(REJECTED)
+        say(f"wrote checkpoint {step} (token {token})")
 
     lost.set()  # stops the heartbeat thread
     released = r.execute_command("LEASE.RELEASE", lease_id, token)
-    print(f"done: checkpoint {storage.rows[f'{run}/checkpoint']}, released={released}")
+    say(f"done: wrote {args.steps} checkpoints (token {token}), released={released}")
 
 
 if __name__ == "__main__":

@@ -28,44 +28,6 @@ fn redis_py_speaks_to_leased_in_both_protocols() {
     assert!(String::from_utf8_lossy(&output.stdout).contains("ok"));
 }
 
-/// The README's Python worker: acquires, heartbeats, writes, releases.
-#[test]
-fn the_python_worker_example_runs() {
-    let server = Server::start();
-    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/worker.py");
-    let run = |run_id: &str| {
-        Command::new("python3")
-            .arg(example)
-            .arg(server.port.to_string())
-            .arg(run_id)
-            .output()
-            .expect("python3 is installed")
-    };
-    let output = run("run-42");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(
-        stdout.contains("acquired run-42:worker-py:1 (token 1)"),
-        "{stdout}"
-    );
-    assert!(stdout.contains("released=1"), "{stdout}");
-
-    // A second worker on a run that is held gives up without writing.
-    let mut con = server.connect();
-    let _: redis::Value = redis::cmd("LEASE.ACQUIRE")
-        .arg("held")
-        .arg("other")
-        .query(&mut con)
-        .unwrap();
-    let output = run("held");
-    assert!(!output.status.success());
-    assert!(String::from_utf8_lossy(&output.stderr).contains("held by another worker"));
-}
-
 /// redis-py with `password=`: it sends `AUTH` (RESP2) or `HELLO 3 AUTH`
 /// (RESP3) on connect; a wrong or missing password is refused.
 #[test]

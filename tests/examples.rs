@@ -1,0 +1,458 @@
+//! The workers of README's "A worker" (examples/worker.py with redis-py 5,
+//! examples/worker.rs with the `redis` crate), run as a user runs them,
+//! against the real server and one real SQLite file. Needs `python3` with
+//! `redis>=5`, and the Rust worker built: `cargo test` builds it; alone,
+//! `cargo build --example worker && cargo test --test examples`.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::Server;
+
+/// The workers' exit codes.
+const FINISHED: i32 = 0;
+const HELD: i32 = 3;
+const LOST: i32 = 4;
+const REJECTED: i32 = 5;
+
+/// Long enough for anything a worker does here on a loaded machine.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+#[derive(Clone, Copy, Debug)]
+enum Language {
+    Python,
+    Rust,
+}
+
+use Language::{Python, Rust};
+
+impl Language {
+    fn command(self) -> Command {
+        match self {
+            Python => {
+                let mut command = Command::new("python3");
+                command.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/worker.py"));
+                command
+            }
+            Rust => Command::new(rust_worker()),
+        }
+    }
+
+    /// A worker id that says which worker wrote a row.
+    fn worker_id(self) -> &'static str {
+        match self {
+            Python => "worker-py",
+            Rust => "worker-rs",
+        }
+    }
+}
+
+/// target/debug/examples/worker, next to this test's target/debug/deps/.
+/// Fails when it is missing or older than its source, rather than test
+/// what an earlier build left.
+fn rust_worker() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let debug = exe.parent().and_then(Path::parent).expect("target dir");
+    let worker = debug.join("examples").join("worker");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/worker.rs");
+    let modified = |path: &Path| path.metadata().and_then(|m| m.modified()).ok();
+    let built = modified(&worker);
+    assert!(
+        built.is_some() && built >= modified(&source),
+        "{} is missing or older than examples/worker.rs: \
+         build it with `cargo build --example worker` (plain `cargo test` does)",
+        worker.display()
+    );
+    worker
+}
+
+/// A worker process, its output collected as it comes. Killed if the test
+/// ends before it does.
+struct Worker {
+    child: Child,
+    output: Arc<Mutex<String>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Worker {
+    fn start(language: Language, server: &Server, db: &Path, args: &[&str]) -> Worker {
+        let mut child = language
+            .command()
+            .args(["--port", &server.port.to_string(), "--db"])
+            .arg(db)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start the {language:?} worker: {e}"));
+        let output = Arc::new(Mutex::new(String::new()));
+        let readers = vec![
+            collect(child.stdout.take().unwrap(), output.clone()),
+            collect(child.stderr.take().unwrap(), output.clone()),
+        ];
+        Worker {
+            child,
+            output,
+            readers,
+        }
+    }
+
+    fn output(&self) -> String {
+        self.output.lock().unwrap().clone()
+    }
+
+    /// Waits for a line containing `text` and returns it.
+    fn line_with(&mut self, text: &str) -> String {
+        self.wait_until(&format!("a line with {text:?}"), |worker| {
+            worker
+                .output()
+                .lines()
+                .find(|l| l.contains(text))
+                .map(str::to_owned)
+        })
+    }
+
+    /// Waits until the process is stopped (state T in /proc/PID/stat).
+    fn wait_stopped(&mut self) {
+        let stat = format!("/proc/{}/stat", self.child.id());
+        self.wait_until("the process to be stopped", |_| {
+            let stat = std::fs::read_to_string(&stat).ok()?;
+            // The state follows the command name, which is in parentheses.
+            let state = stat.rsplit(')').next()?.trim_start().chars().next()?;
+            (state == 'T').then_some(())
+        });
+    }
+
+    /// Polls `ready` until it gives a value; panics, with the worker's
+    /// output, if the worker exits first or PATIENCE runs out.
+    fn wait_until<T>(&mut self, what: &str, mut ready: impl FnMut(&Self) -> Option<T>) -> T {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(value) = ready(self) {
+                return value;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "worker exited ({status}) before {what}:\n{}",
+                    self.finish_output()
+                );
+            }
+            assert!(Instant::now() < deadline, "no {what}:\n{}", self.output());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Sends SIGCONT to a stopped worker.
+    fn resume(&self) {
+        let pid = libc::pid_t::try_from(self.child.id()).unwrap();
+        // SAFETY: kill has no memory preconditions; the pid is our child's,
+        // not yet reaped.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0, "SIGCONT");
+    }
+
+    /// Waits for the worker to exit; its exit code and all its output.
+    fn finish(mut self) -> (i32, String) {
+        let deadline = Instant::now() + PATIENCE;
+        let status: ExitStatus = loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "worker still running:\n{}",
+                self.output()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let output = self.finish_output();
+        let code = status
+            .code()
+            .unwrap_or_else(|| panic!("worker ended by a signal ({status}):\n{output}"));
+        (code, output)
+    }
+
+    /// All the output of a worker that has exited.
+    fn finish_output(&mut self) -> String {
+        for reader in self.readers.drain(..) {
+            reader.join().expect("output reader");
+        }
+        self.output()
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn collect(
+    stream: impl Read + Send + 'static,
+    output: Arc<Mutex<String>>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        for line in BufReader::new(stream).lines() {
+            let Ok(line) = line else { break };
+            let mut output = output.lock().unwrap();
+            output.push_str(&line);
+            output.push('\n');
+        }
+    })
+}
+
+/// Runs a worker to its end: its exit code and output.
+fn run_worker(language: Language, server: &Server, db: &Path, args: &[&str]) -> (i32, String) {
+    Worker::start(language, server, db, args).finish()
+}
+
+/// The lease id and token of `acquired LEASE_ID (token N)`.
+fn acquired(output: &str) -> (String, i64) {
+    let line = output
+        .lines()
+        .find_map(|l| l.strip_prefix("acquired "))
+        .unwrap_or_else(|| panic!("no acquired line:\n{output}"));
+    let (lease_id, token) = line.split_once(" (token ").expect("acquired line");
+    let token = token.strip_suffix(')').and_then(|t| t.parse().ok());
+    (
+        lease_id.to_owned(),
+        token.expect("token in the acquired line"),
+    )
+}
+
+/// The checkpoint steps a worker reported as written, in order.
+fn written_steps(output: &str) -> Vec<u32> {
+    output
+        .lines()
+        .filter_map(|l| l.strip_prefix("wrote checkpoint "))
+        .map(|rest| rest.split(' ').next().unwrap().parse().unwrap())
+        .collect()
+}
+
+/// The `checkpoints` row of `run`: step, token, worker.
+fn row(db: &Path, run: &str) -> Option<(u32, i64, String)> {
+    let db = rusqlite::Connection::open(db).expect("open the database");
+    let mut query = db
+        .prepare("SELECT step, token, worker FROM checkpoints WHERE run = ?1")
+        .expect("the checkpoints table");
+    let mut rows = query
+        .query_map([run], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap();
+    rows.next().map(|r| r.unwrap())
+}
+
+/// `LEASE.ACQUIRE run worker` on the server's clock: the token, or None
+/// when the run is held.
+fn take(server: &Server, run: &str, worker: &str) -> Option<i64> {
+    let lease = common::run(&mut server.connect(), &["LEASE.ACQUIRE", run, worker]);
+    common::lease_field(&lease, "fencing_token").map(|token| match token {
+        redis::Value::Int(token) => *token,
+        other => panic!("fencing_token is not an integer: {other:?}"),
+    })
+}
+
+/// `LEASE.GET run`: the reply, nil when nobody holds the run.
+fn lease_of(server: &Server, run: &str) -> redis::Value {
+    common::run(&mut server.connect(), &["LEASE.GET", run])
+}
+
+#[test]
+fn each_worker_checkpoints_every_step_and_releases() {
+    let server = Server::start();
+    let temp = tempfile::tempdir().unwrap();
+    let db = temp.path().join("checkpoints.db"); // shared by both
+    for language in [Python, Rust] {
+        let run = format!("happy-{language:?}");
+        let args = [
+            "--run",
+            &run,
+            "--ttl",
+            "5",
+            "--steps",
+            "3",
+            "--interval",
+            "0.2",
+        ];
+        let (code, output) = run_worker(language, &server, &db, &args);
+        assert_eq!(code, FINISHED, "{output}");
+        let (lease_id, token) = acquired(&output);
+        assert_eq!(lease_id, format!("{run}:{}:{token}", language.worker_id()));
+        assert_eq!(written_steps(&output), [0, 1, 2], "{output}");
+        assert!(output.contains("released=1"), "{output}");
+        let expected = (2, token, language.worker_id().to_owned());
+        assert_eq!(row(&db, &run), Some(expected), "{output}");
+        assert_eq!(lease_of(&server, &run), redis::Value::Nil, "not released");
+    }
+}
+
+#[test]
+fn a_worker_does_not_write_to_a_run_held_by_another() {
+    let server = Server::start();
+    let temp = tempfile::tempdir().unwrap();
+    let db = temp.path().join("checkpoints.db");
+    let holder = take(&server, "held", "holder").expect("acquired");
+    for language in [Python, Rust] {
+        let (code, output) = run_worker(language, &server, &db, &["--run", "held"]);
+        assert_eq!(code, HELD, "{output}");
+        assert!(
+            output.contains("held is held by another worker"),
+            "{output}"
+        );
+        assert_eq!(row(&db, "held"), None);
+    }
+    let still = common::lease_field(&lease_of(&server, "held"), "fencing_token").cloned();
+    assert_eq!(still, Some(redis::Value::Int(holder)));
+}
+
+/// Worker A stops itself (SIGSTOP) just before a checkpoint, with its lease
+/// valid. Its lease expires; worker B takes the run over with a higher
+/// token and checkpoints to the end. A, resumed, writes at once, believing
+/// it still holds the run: the storage rejects the write, and the row is
+/// B's.
+fn a_paused_workers_late_write_is_rejected(paused: Language, taker: Language) {
+    let server = Server::start();
+    let temp = tempfile::tempdir().unwrap();
+    let db = temp.path().join("checkpoints.db");
+    let a_args = ["--run", "run-1", "--worker", "worker-a", "--ttl", "3"];
+    let a_args = [&a_args[..], &["--steps", "3", "--pause-before-write", "1"]].concat();
+    let mut a = Worker::start(paused, &server, &db, &a_args);
+    a.line_with("pausing before checkpoint 1");
+    a.wait_stopped();
+    let (_, a_token) = acquired(&a.output());
+    assert_eq!(row(&db, "run-1"), Some((0, a_token, "worker-a".into())));
+
+    // The test waits on the registry's word that A's lease expired.
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let lease = lease_of(&server, "run-1");
+        let expired = common::lease_field(&lease, "expired").cloned();
+        if expired == Some(redis::Value::Int(1)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "A's lease never expired: {lease:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let b_args = [
+        "--run", "run-1", "--worker", "worker-b", "--ttl", "5", "--steps", "3",
+    ];
+    let (code, b_output) = run_worker(taker, &server, &db, &b_args);
+    assert_eq!(code, FINISHED, "{b_output}");
+    let (_, b_token) = acquired(&b_output);
+    assert!(b_token > a_token, "B's token {b_token}, A's {a_token}");
+    assert_eq!(row(&db, "run-1"), Some((2, b_token, "worker-b".into())));
+
+    a.resume();
+    let (code, a_output) = a.finish();
+    assert_eq!(code, REJECTED, "{a_output}");
+    assert!(
+        a_output.contains("write rejected: checkpoint 1"),
+        "{a_output}"
+    );
+    assert_eq!(written_steps(&a_output), [0], "{a_output}");
+    assert_eq!(row(&db, "run-1"), Some((2, b_token, "worker-b".into())));
+}
+
+#[test]
+fn a_paused_python_workers_late_write_is_rejected_after_rust_took_over() {
+    a_paused_workers_late_write_is_rejected(Python, Rust);
+}
+
+#[test]
+fn a_paused_rust_workers_late_write_is_rejected_after_python_took_over() {
+    a_paused_workers_late_write_is_rejected(Rust, Python);
+}
+
+/// The lease is taken away while the worker runs (released from another
+/// connection, and the run acquired by someone else): the worker's next
+/// heartbeat gets 0, and it writes no checkpoint after that. It has far
+/// more steps than it can do before its next heartbeat, so the outcome does
+/// not hang on timing.
+#[test]
+fn a_worker_stops_writing_once_a_heartbeat_fails() {
+    let server = Server::start();
+    let temp = tempfile::tempdir().unwrap();
+    let db = temp.path().join("checkpoints.db");
+    let mut con = server.connect();
+    for language in [Python, Rust] {
+        let run = format!("lost-{language:?}");
+        let args = [
+            "--run",
+            &run,
+            "--ttl",
+            "3",
+            "--steps",
+            "1000",
+            "--interval",
+            "0.1",
+        ];
+        let mut worker = Worker::start(language, &server, &db, &args);
+        worker.line_with("wrote checkpoint 1 ");
+        let (lease_id, token) = acquired(&worker.output());
+        let released = common::run(&mut con, &["LEASE.RELEASE", &lease_id, &token.to_string()]);
+        assert_eq!(released, redis::Value::Int(1));
+        let taker = take(&server, &run, "taker").expect("taken over");
+        assert!(taker > token);
+
+        let (code, output) = worker.finish();
+        assert_eq!(code, LOST, "{output}");
+        let stopped: u32 = output
+            .lines()
+            .find_map(|l| l.strip_prefix("lease lost: stopped writing before checkpoint "))
+            .and_then(|step| step.parse().ok())
+            .unwrap_or_else(|| panic!("no lease lost line:\n{output}"));
+        let written = written_steps(&output);
+        assert_eq!(written, (0..stopped).collect::<Vec<_>>(), "{output}");
+        assert!(stopped < 1000, "{output}");
+        let expected = (stopped - 1, token, language.worker_id().to_owned());
+        assert_eq!(row(&db, &run), Some(expected), "{output}");
+    }
+}
+
+/// README's "A worker" quotes the examples: each quoted block's lines
+/// (indentation aside) are a run of consecutive lines of its example.
+#[test]
+fn the_readme_quotes_the_workers_as_they_are() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let section = readme
+        .split("\n## A worker\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("README has an \"A worker\" section");
+    let mut quoted = 0;
+    for (fence, file) in [("```python\n", "worker.py"), ("```rust\n", "worker.rs")] {
+        let source = std::fs::read_to_string(root.join("examples").join(file)).unwrap();
+        let source = code_lines(&source);
+        for block in section.split(fence).skip(1) {
+            let block = code_lines(block.split("```").next().unwrap());
+            let found = source.windows(block.len()).any(|window| window == block);
+            assert!(
+                found,
+                "README quotes lines not in examples/{file}:\n{}",
+                block.join("\n")
+            );
+            quoted += 1;
+        }
+    }
+    assert!(quoted >= 2, "README's \"A worker\" quotes no worker");
+}
+
+/// Non-blank lines, without their indentation.
+fn code_lines(text: &str) -> Vec<&str> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect()
+}
