@@ -18,6 +18,8 @@
 //! - [`ceiling`]: the durable fencing-token ceiling and the data-directory lock.
 //! - [`reply`]: reply values and their RESP2/RESP3 encoding.
 //! - [`info`]: the `INFO` text.
+//! - [`stats`]: what the server measures about itself: counters, rates, memory, CPU.
+//! - [`metrics`]: the Prometheus endpoint (`metrics-port`), fed by `INFO`.
 //! - [`number`]: numbers in arguments, parsed as Redis parses them.
 //! - [`splitargs`]: Redis's quoted-argument splitting, for inline requests and the config file.
 //! - [`glob`]: Redis's glob patterns, for `CONFIG GET`.
@@ -30,10 +32,12 @@ pub mod connection;
 pub mod core;
 pub mod glob;
 pub mod info;
+pub mod metrics;
 pub mod number;
 pub mod registry;
 pub mod reply;
 pub mod request;
 pub mod server;
 pub mod splitargs;
+pub mod stats;
 pub mod tls;

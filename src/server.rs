@@ -27,7 +27,9 @@ use crate::command::CommandName;
 use crate::config::Config;
 use crate::connection::{Connection, linger};
 use crate::core::{Core, load_state};
+use crate::metrics;
 use crate::reply::Protocol;
+use crate::stats::{self, Metered, Stats};
 use crate::tls::{self, TlsAcceptor};
 
 /// State every connection and the core can see.
@@ -43,13 +45,6 @@ pub struct Shared {
     pub stats: Stats,
     /// Cancelled to shut the server down.
     pub shutdown: CancellationToken,
-}
-
-/// Counters for `INFO stats`.
-#[derive(Debug, Default)]
-pub struct Stats {
-    pub total_connections_received: AtomicU64,
-    pub total_commands_processed: AtomicU64,
 }
 
 /// The connected clients, for `CLIENT LIST` and `INFO clients`.
@@ -185,6 +180,8 @@ pub struct Listeners {
     pub plain: Vec<TcpListener>,
     /// On `tls-port`, with the acceptor that does their clients' handshakes.
     pub tls: Option<(TlsAcceptor, Vec<TcpListener>)>,
+    /// The metrics endpoint's, on `metrics-port`; none when it is 0.
+    pub metrics: Vec<TcpListener>,
 }
 
 /// Loads the TLS setup and binds every address of `bind` on `port`, and
@@ -194,14 +191,22 @@ pub struct Listeners {
 pub async fn bind(config: &Config) -> Result<Listeners, String> {
     check_protected_mode(config)?;
     let acceptor = tls::acceptor(config)?;
-    // TLS first: its port is fixed, so a free port picked for `port 0`
-    // cannot take it.
+    // TLS and metrics first: their ports are fixed, so a free port picked
+    // for `port 0` cannot take them.
     let tls = match acceptor {
         None => None,
         Some(acceptor) => Some((acceptor, bind_all(config, config.tls_port, "TLS").await?)),
     };
+    let metrics = match config.metrics_port {
+        0 => Vec::new(),
+        port => bind_all(config, port, "metrics").await?,
+    };
     let plain = bind_all(config, config.port, "TCP").await?;
-    Ok(Listeners { plain, tls })
+    Ok(Listeners {
+        plain,
+        tls,
+        metrics,
+    })
 }
 
 async fn bind_all(config: &Config, port: u16, kind: &str) -> Result<Vec<TcpListener>, String> {
@@ -262,7 +267,7 @@ pub async fn run(
         tls_listen_addrs,
         started: Instant::now(),
         clients: ClientTable::default(),
-        stats: Stats::default(),
+        stats: Stats::new(),
         shutdown: CancellationToken::new(),
     });
     let (core, core_task) = Core::start(registry, log, data_dir.ceiling_writer(), shared.clone())
@@ -279,9 +284,17 @@ pub async fn run(
     let addrs: Vec<String> = (shared.listen_addrs.iter().map(|a| a.to_string()))
         .chain(shared.tls_listen_addrs.iter().map(|a| format!("{a} (tls)")))
         .collect();
+    let tracker = TaskTracker::new();
+    tracker.spawn(stats::run_sampler(shared.clone()));
+    for listener in listeners.metrics {
+        if let Ok(addr) = listener.local_addr() {
+            info!("Metrics endpoint on http://{addr}/metrics");
+        }
+        let (shared, core) = (shared.clone(), core.clone());
+        tracker.spawn(metrics::serve(listener, shared, core, tracker.clone()));
+    }
     info!("Ready to accept connections on {}", addrs.join(", "));
 
-    let tracker = TaskTracker::new();
     let (acceptor, tls_listeners) = listeners.tls.unzip();
     let all = (listeners.plain.into_iter().map(|l| (l, None))).chain(
         tls_listeners
@@ -344,12 +357,17 @@ async fn accept_loop(
             }
         };
         let full = shared.clients.len() >= shared.config.maxclients;
+        if full {
+            let rejected = &shared.stats.rejected_connections;
+            rejected.fetch_add(1, Ordering::Relaxed);
+        }
         match (&acceptor, full) {
             (None, true) => {
                 tracker.spawn(refuse(stream));
             }
             (None, false) => {
                 let (stream, client) = open_connection(stream, addr, &shared);
+                let stream = Metered::new(stream, &shared);
                 tracker
                     .spawn(Connection::new(stream, client, shared.clone(), core.clone()).serve());
             }
@@ -369,7 +387,10 @@ async fn accept_loop(
                 let (shared, core) = (shared.clone(), core.clone());
                 tracker.spawn(async move {
                     match handshake.await {
-                        Some(stream) => Connection::new(stream, client, shared, core).serve().await,
+                        Some(stream) => {
+                            let stream = Metered::new(stream, &shared);
+                            Connection::new(stream, client, shared, core).serve().await
+                        }
                         None => shared.clients.unregister(client.id),
                     }
                 });
