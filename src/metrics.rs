@@ -42,6 +42,7 @@ use crate::command::LeaseCommand;
 use crate::core::{CommandStats, CoreHandle};
 use crate::reply::Reply;
 use crate::server::Shared;
+use Kind::{Counter, Gauge, Status};
 
 /// Scrapers connected at once; a connection past this is closed at once.
 const MAX_CONNECTIONS: usize = 64;
@@ -237,8 +238,6 @@ const fn metric(
         help,
     }
 }
-
-use Kind::{Counter, Gauge, Status};
 
 /// Every metric taken from a single INFO field, in INFO's order. Fields
 /// INFO leaves out (the log's, with `appendonly no`; registry time before
@@ -472,7 +471,10 @@ impl Scrape {
         match (metric_type, value) {
             (MetricType::Counter, Number::Integer(n)) => ConstCounter::new(n).encode(descriptor),
             (MetricType::Counter, Number::Float(x)) => ConstCounter::new(x).encode(descriptor),
-            (_, Number::Integer(n)) => ConstGauge::new(n as i64).encode(descriptor),
+            (_, Number::Integer(n)) => match i64::try_from(n) {
+                Ok(n) => ConstGauge::new(n).encode(descriptor),
+                Err(_) => ConstGauge::new(n as f64).encode(descriptor),
+            },
             (_, Number::Float(x)) => ConstGauge::new(x).encode(descriptor),
         }
     }

@@ -56,7 +56,7 @@ impl Stats {
         }
     }
 
-    /// Takes one sample of each rate, and of memory for the peak.
+    /// Takes one sample of each rate, and of allocated memory for the peak.
     pub fn sample(&self) {
         let now = Instant::now();
         let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
@@ -66,7 +66,7 @@ impl Stats {
             rates.input.add(now, read(&self.net_input_bytes));
             rates.output.add(now, read(&self.net_output_bytes));
         }
-        self.memory();
+        self.peak(allocator_stats().allocated);
     }
 
     /// The rates averaged over the last samples.
@@ -79,18 +79,20 @@ impl Stats {
         }
     }
 
-    /// The allocator's figures now, with the peak brought up to date.
+    /// The memory figures now, with the peak brought up to date.
     pub fn memory(&self) -> Memory {
         let allocator = allocator_stats();
-        let peak = self
-            .peak_memory
-            .fetch_max(allocator.allocated, Ordering::Relaxed)
-            .max(allocator.allocated);
         Memory {
             allocator,
-            peak,
+            peak: self.peak(allocator.allocated),
             rss: resident_bytes(),
         }
+    }
+
+    /// Raises the peak to `allocated` if it is higher; the peak after.
+    fn peak(&self, allocated: u64) -> u64 {
+        let before = self.peak_memory.fetch_max(allocated, Ordering::Relaxed);
+        before.max(allocated)
     }
 
     fn rates(&self) -> std::sync::MutexGuard<'_, Rates> {
