@@ -105,6 +105,8 @@ pub struct Config {
     /// Addresses to listen on, already parsed so the server cannot be
     /// handed a name it would have to resolve or reject.
     pub bind: Vec<IpAddr>,
+    /// Port of the Prometheus endpoint on every `bind` address; 0: off.
+    pub metrics_port: u16,
     /// Data directory: the token ceiling and the lock live here.
     pub dir: PathBuf,
     /// Default lease TTL in seconds.
@@ -263,6 +265,15 @@ static DIRECTIVES: &[Directive] = &[
         arity: Arity::OneOrMore,
         set: set_bind,
         show: show_bind,
+    },
+    Directive {
+        name: "metrics-port",
+        default: &["0"],
+        value_name: "PORT",
+        help: "Port of the Prometheus endpoint (GET /metrics) on every bind address; 0 turns it off",
+        arity: Arity::One,
+        set: set_metrics_port,
+        show: |c| c.metrics_port.to_string(),
     },
     Directive {
         name: "dir",
@@ -565,6 +576,12 @@ fn set_port(config: &mut Config, args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+fn set_metrics_port(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.metrics_port = integer_in(&args[0], 0..=65535)
+        .ok_or("invalid metrics-port (expected an integer from 0 to 65535)")?;
+    Ok(())
+}
+
 fn set_tls_port(config: &mut Config, args: &[String]) -> Result<(), String> {
     config.tls_port = integer_in(&args[0], 0..=65535)
         .ok_or("invalid tls-port (expected an integer from 0 to 65535)")?;
@@ -809,6 +826,7 @@ impl Default for Config {
         let mut config = Config {
             port: 0,
             bind: Vec::new(),
+            metrics_port: 0,
             dir: PathBuf::new(),
             lease_ttl: 0.0,
             lease_retention: 0.0,
@@ -1371,6 +1389,7 @@ mod tests {
         let expected = [
             ("port", "6479"),
             ("bind", "127.0.0.1"),
+            ("metrics-port", "0"),
             ("dir", "./data"),
             ("lease-ttl", "10"),
             ("lease-retention", "3600"),

@@ -128,6 +128,11 @@ pub struct Core {
 pub struct CommandStats {
     /// `[succeeded, failed]` for each of [`CommandStats::NAMES`].
     pub counts: [[u64; 2]; 5],
+    /// Lookups (heartbeat, validate, get) that found the lease they named,
+    /// answering 1 or a lease, and those that did not, answering 0 or
+    /// null: `keyspace_hits` and `keyspace_misses`. Errors are neither.
+    pub hits: u64,
+    pub misses: u64,
 }
 
 impl CommandStats {
@@ -152,6 +157,13 @@ impl CommandStats {
             _ => false,
         };
         self.counts[slot][usize::from(!ok)] += 1;
+        let lookup = matches!(Self::NAMES[slot], "heartbeat" | "validate" | "get");
+        let answered = matches!(reply, Reply::Int(_) | Reply::Lease(_) | Reply::Null);
+        match (lookup && answered, ok) {
+            (true, true) => self.hits += 1,
+            (true, false) => self.misses += 1,
+            (false, _) => {}
+        }
     }
 }
 

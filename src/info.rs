@@ -1,8 +1,16 @@
 //! `INFO`: the server's state as `# Section` blocks of `field:value` lines,
-//! in Redis's format, so tools that parse Redis's INFO read ours.
+//! in Redis 7's format and section order, so the tools that parse Redis's
+//! INFO (redis-cli --stat, exporters, monitoring agents) read ours.
+//!
+//! Fields have real values wherever leased has them. A field for a Redis
+//! feature leased does not have (RDB snapshots, replicas, Lua, eviction)
+//! holds the value Redis shows while that feature is unused, never a
+//! made-up figure. docs/metrics.md lists what each field means here.
 
 use std::fmt::Write;
+use std::sync::OnceLock;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 
@@ -11,19 +19,37 @@ use crate::core::CommandStats;
 use crate::registry::Registry;
 use crate::reply::format_double;
 use crate::server::Shared;
+use crate::stats::{self, SAMPLE_INTERVAL};
 
-/// Section names in the order INFO prints them.
-const SECTIONS: &[&str] = &[
-    "server",
-    "clients",
-    "memory",
-    "persistence",
-    "stats",
-    "leases",
+/// What a section is rendered from.
+struct Context<'a> {
+    shared: &'a Shared,
+    registry: &'a Registry,
+    commands: &'a CommandStats,
+    log: Option<&'a LogStatus>,
+}
+
+type Section = fn(&mut String, &Context);
+
+/// Every section: its name for `INFO <name>`, its header, and its
+/// renderer, in the order Redis prints them; leased's own comes last.
+const SECTIONS: &[(&str, &str, Section)] = &[
+    ("server", "Server", server),
+    ("clients", "Clients", clients),
+    ("memory", "Memory", memory),
+    ("persistence", "Persistence", persistence),
+    ("stats", "Stats", stats),
+    ("replication", "Replication", replication),
+    ("cpu", "CPU", cpu),
+    ("cluster", "Cluster", cluster),
+    ("keyspace", "Keyspace", keyspace),
+    ("leases", "Leases", leases),
 ];
 
-/// Renders the requested sections (all of them for none, `all`, `default`
-/// or `everything`); unknown names are ignored, as in Redis.
+/// Renders the requested sections: all of them for none, `all`, `default`
+/// or `everything` (leased has none of the sections Redis leaves out of
+/// `default`); names are case-insensitive and unknown ones ignored, as in
+/// Redis.
 pub fn render(
     requested: &[Bytes],
     shared: &Shared,
@@ -31,136 +57,337 @@ pub fn render(
     commands: &CommandStats,
     log: Option<&LogStatus>,
 ) -> String {
+    let context = Context {
+        shared,
+        registry,
+        commands,
+        log,
+    };
+    let is = |name: &Bytes, word: &str| name.eq_ignore_ascii_case(word.as_bytes());
     let everything = requested.is_empty()
-        || requested.iter().any(|name| {
-            [&b"all"[..], b"default", b"everything"]
-                .iter()
-                .any(|word| name.eq_ignore_ascii_case(word))
-        });
+        || requested
+            .iter()
+            .any(|name| ["all", "default", "everything"].iter().any(|w| is(name, w)));
     let mut out = String::new();
-    for section in SECTIONS {
-        let wanted = everything
-            || requested
-                .iter()
-                .any(|name| name.eq_ignore_ascii_case(section.as_bytes()));
-        if !wanted {
+    for (name, header, render) in SECTIONS {
+        if !everything && !requested.iter().any(|asked| is(asked, name)) {
             continue;
         }
         if !out.is_empty() {
             out.push_str("\r\n");
         }
-        match *section {
-            "server" => server(&mut out, shared),
-            "clients" => clients(&mut out, shared),
-            "memory" => memory(&mut out),
-            "persistence" => persistence(&mut out, registry, log),
-            "stats" => stats(&mut out, shared),
-            _ => leases(&mut out, registry, shared, commands),
-        }
+        let _ = write!(out, "# {header}\r\n");
+        render(&mut out, &context);
     }
     out
 }
 
-fn server(out: &mut String, shared: &Shared) {
+fn server(out: &mut String, context: &Context) {
+    let shared = context.shared;
     let uptime = shared.started.elapsed().as_secs();
     let port = shared.listen_addrs.first().map_or(0, |a| a.port());
     let executable = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_default();
-    let config_file = shared
-        .config
-        .config_file
-        .as_ref()
+    let config_file = (shared.config.config_file.as_ref())
         .map(|p| p.display().to_string())
         .unwrap_or_default();
-    out.push_str("# Server\r\n");
+    let hz = Duration::from_secs(1).as_millis() / SAMPLE_INTERVAL.as_millis();
     // Tools gate features on redis_version: this is the Redis release whose
     // protocol and command formats leased follows, not leased's version.
     line(out, "redis_version", "7.0.0");
     line(out, "leased_version", env!("CARGO_PKG_VERSION"));
+    line(out, "redis_git_sha1", "00000000");
+    line(out, "redis_git_dirty", 0);
     line(out, "redis_mode", "standalone");
+    line(out, "os", stats::os_name());
+    line(out, "arch_bits", usize::BITS);
+    line(out, "monotonic_clock", "POSIX clock_gettime");
+    line(out, "multiplexing_api", multiplexing_api());
+    line(out, "process_id", std::process::id());
+    line(out, "process_supervised", "no");
+    line(out, "run_id", &ids().0);
+    line(out, "tcp_port", port);
     line(
         out,
-        "os",
-        format!("{} {}", std::env::consts::OS, std::env::consts::ARCH),
+        "server_time_usec",
+        unix_time(SystemTime::now()).as_micros(),
     );
-    line(out, "arch_bits", usize::BITS);
-    line(out, "process_id", std::process::id());
-    line(out, "tcp_port", port);
-    line(out, "server_time_usec", now_usec());
     line(out, "uptime_in_seconds", uptime);
     line(out, "uptime_in_days", uptime / 86_400);
+    // The frequency of the server's periodic work: sampling the rates.
+    line(out, "hz", hz);
+    line(out, "configured_hz", hz);
     line(out, "executable", executable);
     line(out, "config_file", config_file);
+    line(
+        out,
+        "io_threads_active",
+        i32::from(shared.config.io_threads > 1),
+    );
 }
 
-fn clients(out: &mut String, shared: &Shared) {
-    out.push_str("# Clients\r\n");
+/// The readiness API under tokio's reactor, as Redis names its own.
+fn multiplexing_api() -> &'static str {
+    if cfg!(any(target_os = "linux", target_os = "android")) {
+        "epoll"
+    } else if cfg!(any(
+        target_os = "macos",
+        target_os = "freebsd",
+        target_os = "netbsd",
+        target_os = "openbsd"
+    )) {
+        "kqueue"
+    } else {
+        "unknown"
+    }
+}
+
+/// `run_id` and `master_replid`: random, and fixed for the process's life.
+fn ids() -> &'static (String, String) {
+    static IDS: OnceLock<(String, String)> = OnceLock::new();
+    IDS.get_or_init(|| (stats::random_hex_id(), stats::random_hex_id()))
+}
+
+/// The client buffers, as of each client's last request: the largest
+/// read buffer, the largest write buffer, and all of them together.
+fn client_buffers(shared: &Shared) -> (usize, usize, usize) {
+    let (mut input, mut output, mut total) = (0, 0, 0);
+    for client in shared.clients.snapshot() {
+        let meta = client.meta();
+        input = input.max(meta.query_buf_capacity);
+        output = output.max(meta.output_capacity);
+        total += meta.query_buf_capacity + meta.output_capacity;
+    }
+    (input, output, total)
+}
+
+fn clients(out: &mut String, context: &Context) {
+    let shared = context.shared;
+    let (input, output, _) = client_buffers(shared);
     line(out, "connected_clients", shared.clients.len());
+    line(out, "cluster_connections", 0);
+    line(out, "maxclients", shared.config.maxclients);
+    line(out, "client_recent_max_input_buffer", input);
+    line(out, "client_recent_max_output_buffer", output);
+    line(out, "blocked_clients", 0);
+    line(out, "tracking_clients", 0);
+    line(out, "clients_in_timeout_table", 0);
 }
 
-fn memory(out: &mut String) {
-    out.push_str("# Memory\r\n");
-    let (allocated, resident) = allocator_stats();
-    let rss = resident_bytes();
+fn memory(out: &mut String, context: &Context) {
+    let memory = context.shared.stats.memory();
+    let stats::AllocatorStats {
+        allocated,
+        active,
+        resident,
+    } = memory.allocator;
+    let (rss, peak) = (memory.rss, memory.peak);
+    let system = stats::total_system_memory();
+    let (_, _, clients) = client_buffers(context.shared);
     line(out, "used_memory", allocated);
     line(out, "used_memory_human", human_bytes(allocated));
     line(out, "used_memory_rss", rss);
     line(out, "used_memory_rss_human", human_bytes(rss));
+    line(out, "used_memory_peak", peak);
+    line(out, "used_memory_peak_human", human_bytes(peak));
+    let peak_perc = ratio(allocated, peak) * 100.0;
+    line(out, "used_memory_peak_perc", format!("{peak_perc:.2}%"));
+    line(out, "allocator_allocated", allocated);
+    line(out, "allocator_active", active);
     line(out, "allocator_resident", resident);
-    line(out, "mem_allocator", "jemalloc");
+    line(out, "total_system_memory", system);
+    line(out, "total_system_memory_human", human_bytes(system));
+    // No Lua: no interpreter, no scripts.
+    line(out, "used_memory_lua", 0);
+    line(out, "used_memory_lua_human", human_bytes(0));
+    line(out, "used_memory_scripts", 0);
+    line(out, "used_memory_scripts_human", human_bytes(0));
+    line(out, "number_of_cached_scripts", 0);
+    line(out, "maxmemory", 0);
+    line(out, "maxmemory_human", human_bytes(0));
+    line(out, "maxmemory_policy", "noeviction");
+    fragmentation(out, "allocator_frag", active, allocated);
+    fragmentation(out, "allocator_rss", resident, active);
+    fragmentation(out, "rss_overhead", rss, resident);
+    fragmentation(out, "mem_fragmentation", rss, allocated);
+    line(out, "mem_not_counted_for_evict", 0);
+    line(out, "mem_replication_backlog", 0);
+    line(out, "mem_clients_slaves", 0);
+    line(out, "mem_clients_normal", clients);
+    line(out, "mem_allocator", stats::allocator_name());
+    line(out, "active_defrag_running", 0);
+    line(out, "lazyfree_pending_objects", 0);
 }
 
-/// Bytes allocated and resident according to jemalloc, the server's
-/// allocator. Its statistics are cached: advancing the epoch refreshes them.
-fn allocator_stats() -> (u64, u64) {
-    use tikv_jemalloc_ctl::{epoch, stats};
-    let _ = epoch::advance();
-    let allocated = stats::allocated::read().unwrap_or(0);
-    let resident = stats::resident::read().unwrap_or(0);
-    (allocated as u64, resident as u64)
+/// `<name>_ratio` and `<name>_bytes` of `larger` over `smaller`, as Redis
+/// reports its fragmentation figures.
+fn fragmentation(out: &mut String, name: &str, larger: u64, smaller: u64) {
+    line(
+        out,
+        &format!("{name}_ratio"),
+        format!("{:.2}", ratio(larger, smaller)),
+    );
+    let bytes = i128::from(larger) - i128::from(smaller);
+    line(out, &format!("{name}_bytes"), bytes);
 }
 
-fn persistence(out: &mut String, registry: &Registry, log: Option<&LogStatus>) {
-    out.push_str("# Persistence\r\n");
+fn ratio(numerator: u64, denominator: u64) -> f64 {
+    if denominator == 0 {
+        0.0
+    } else {
+        numerator as f64 / denominator as f64
+    }
+}
+
+fn persistence(out: &mut String, context: &Context) {
+    let started = unix_time(context.shared.stats.started).as_secs();
+    let ok = |good: bool| if good { "ok" } else { "err" };
     line(out, "loading", 0);
+    line(out, "async_loading", 0);
+    // No RDB snapshots: Redis's figures for a server that never saved,
+    // whose last save is its start.
+    line(out, "rdb_changes_since_last_save", 0);
+    line(out, "rdb_bgsave_in_progress", 0);
+    line(out, "rdb_last_save_time", started);
+    line(out, "rdb_last_bgsave_status", "ok");
+    line(out, "rdb_last_bgsave_time_sec", -1);
+    line(out, "rdb_current_bgsave_time_sec", -1);
+    line(out, "rdb_saves", 0);
+    line(out, "rdb_last_cow_size", 0);
+    let log = context.log;
     line(out, "aof_enabled", i32::from(log.is_some()));
+    let in_progress = log.is_some_and(|log| log.rewrite_in_progress);
+    line(out, "aof_rewrite_in_progress", i32::from(in_progress));
+    line(out, "aof_rewrite_scheduled", 0);
+    let last_rewrite_secs = log.map_or(-1, |log| log.last_rewrite_secs);
+    line(out, "aof_last_rewrite_time_sec", last_rewrite_secs);
+    let rewrite_ok = log.is_none_or(|log| log.last_rewrite_ok);
+    line(out, "aof_last_bgrewrite_status", ok(rewrite_ok));
+    line(out, "aof_rewrites", log.map_or(0, |log| log.rewrites));
+    let write_ok = log.is_none_or(|log| log.last_write_ok);
+    line(out, "aof_last_write_status", ok(write_ok));
+    // Rewrites run on a thread, not in a forked child.
+    line(out, "aof_last_cow_size", 0);
     if let Some(log) = log {
-        let ok = |good: bool| if good { "ok" } else { "err" };
-        line(out, "aof_fsync", log.policy.as_str());
-        line(
-            out,
-            "aof_rewrite_in_progress",
-            i32::from(log.rewrite_in_progress),
-        );
-        line(out, "aof_rewrites", log.rewrites);
-        line(out, "aof_last_rewrite_time_sec", log.last_rewrite_secs);
-        line(out, "aof_last_bgrewrite_status", ok(log.last_rewrite_ok));
-        line(out, "aof_last_write_status", ok(log.last_write_ok));
-        line(out, "aof_last_fsync_status", ok(log.last_fsync_ok));
         line(out, "aof_current_size", log.size);
         line(out, "aof_base_size", log.base_size);
+        line(out, "aof_pending_rewrite", 0);
+        line(out, "aof_fsync", log.policy.as_str());
+        line(out, "aof_last_fsync_status", ok(log.last_fsync_ok));
     }
-    line(out, "token_ceiling", registry.token_ceiling());
+    line(out, "token_ceiling", context.registry.token_ceiling());
 }
 
-fn stats(out: &mut String, shared: &Shared) {
-    let stats = &shared.stats;
-    out.push_str("# Stats\r\n");
+fn stats(out: &mut String, context: &Context) {
+    let stats = &context.shared.stats;
+    let count = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
+    let rates = stats.instantaneous();
+    let kbps = |bytes_per_sec: f64| format!("{:.2}", bytes_per_sec / 1024.0);
     line(
         out,
         "total_connections_received",
-        stats.total_connections_received.load(Ordering::Relaxed),
+        count(&stats.total_connections_received),
     );
     line(
         out,
         "total_commands_processed",
-        stats.total_commands_processed.load(Ordering::Relaxed),
+        count(&stats.total_commands_processed),
     );
+    line(out, "instantaneous_ops_per_sec", rates.ops_per_sec as u64);
+    line(out, "total_net_input_bytes", count(&stats.net_input_bytes));
+    line(
+        out,
+        "total_net_output_bytes",
+        count(&stats.net_output_bytes),
+    );
+    line(out, "total_net_repl_input_bytes", 0);
+    line(out, "total_net_repl_output_bytes", 0);
+    line(
+        out,
+        "instantaneous_input_kbps",
+        kbps(rates.input_bytes_per_sec),
+    );
+    line(
+        out,
+        "instantaneous_output_kbps",
+        kbps(rates.output_bytes_per_sec),
+    );
+    line(out, "instantaneous_input_repl_kbps", "0.00");
+    line(out, "instantaneous_output_repl_kbps", "0.00");
+    line(
+        out,
+        "rejected_connections",
+        count(&stats.rejected_connections),
+    );
+    line(out, "sync_full", 0);
+    line(out, "sync_partial_ok", 0);
+    line(out, "sync_partial_err", 0);
+    // A lease is the only key, and it leaves by being reclaimed.
+    line(out, "expired_keys", context.registry.reclaimed());
+    line(out, "expired_stale_perc", "0.00");
+    line(out, "expired_time_cap_reached_count", 0);
+    line(out, "evicted_keys", 0);
+    line(out, "evicted_clients", 0);
+    line(out, "keyspace_hits", context.commands.hits);
+    line(out, "keyspace_misses", context.commands.misses);
+    line(out, "pubsub_channels", 0);
+    line(out, "pubsub_patterns", 0);
+    line(out, "pubsubshard_channels", 0);
+    line(out, "latest_fork_usec", 0);
+    line(out, "total_forks", 0);
+    line(out, "migrate_cached_sockets", 0);
+    line(out, "slave_expires_tracked_keys", 0);
+    line(out, "active_defrag_hits", 0);
+    line(out, "active_defrag_misses", 0);
+    line(out, "active_defrag_key_hits", 0);
+    line(out, "active_defrag_key_misses", 0);
 }
 
-fn leases(out: &mut String, registry: &Registry, shared: &Shared, stats: &CommandStats) {
-    out.push_str("# Leases\r\n");
+/// A master without replicas, as Redis shows one.
+fn replication(out: &mut String, _: &Context) {
+    line(out, "role", "master");
+    line(out, "connected_slaves", 0);
+    line(out, "master_failover_state", "no-failover");
+    line(out, "master_replid", &ids().1);
+    line(out, "master_replid2", "0".repeat(40));
+    line(out, "master_repl_offset", 0);
+    line(out, "second_repl_offset", -1);
+    line(out, "repl_backlog_active", 0);
+    // No backlog exists, so none is allocated or configured.
+    line(out, "repl_backlog_size", 0);
+    line(out, "repl_backlog_first_byte_offset", 0);
+    line(out, "repl_backlog_histlen", 0);
+}
+
+fn cpu(out: &mut String, _: &Context) {
+    let times = stats::cpu_times();
+    let seconds = |time: Duration| format!("{}.{:06}", time.as_secs(), time.subsec_micros());
+    line(out, "used_cpu_sys", seconds(times.system));
+    line(out, "used_cpu_user", seconds(times.user));
+    line(out, "used_cpu_sys_children", seconds(times.children_system));
+    line(out, "used_cpu_user_children", seconds(times.children_user));
+}
+
+fn cluster(out: &mut String, _: &Context) {
+    line(out, "cluster_enabled", 0);
+}
+
+/// One database, `db0`, whose keys are the leases; every lease expires,
+/// so `expires` is `keys`. Without leases there is no line, as in Redis.
+fn keyspace(out: &mut String, context: &Context) {
+    let leases = context.registry.len();
+    if leases > 0 {
+        line(
+            out,
+            "db0",
+            format!("keys={leases},expires={leases},avg_ttl=0"),
+        );
+    }
+}
+
+fn leases(out: &mut String, context: &Context) {
+    let (registry, shared) = (context.registry, context.shared);
     let expired = registry.expired_count();
     line(out, "leases", registry.len());
     line(out, "leases_active", registry.len() - expired);
@@ -180,7 +407,8 @@ fn leases(out: &mut String, registry: &Registry, shared: &Shared, stats: &Comman
         "lease_retention",
         format_double(shared.config.lease_retention),
     );
-    for (name, [ok, failed]) in CommandStats::NAMES.iter().zip(stats.counts) {
+    let counts = context.commands.counts;
+    for (name, [ok, failed]) in CommandStats::NAMES.iter().zip(counts) {
         line(out, &format!("{name}_ok"), ok);
         line(out, &format!("{name}_failed"), failed);
     }
@@ -190,26 +418,9 @@ fn line(out: &mut String, name: &str, value: impl std::fmt::Display) {
     let _ = write!(out, "{name}:{value}\r\n");
 }
 
-fn now_usec() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros())
+fn unix_time(time: SystemTime) -> Duration {
+    time.duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default()
-}
-
-/// The process's resident set size, from `/proc/self/statm` where there is
-/// one (Linux); 0 elsewhere.
-fn resident_bytes() -> u64 {
-    let Ok(statm) = std::fs::read_to_string("/proc/self/statm") else {
-        return 0;
-    };
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|field| field.parse().ok())
-        .unwrap_or(0);
-    // Linux on the platforms we build for uses 4 KiB pages.
-    pages * 4096
 }
 
 /// Bytes as Redis's `bytesToHuman` writes them: `1.50M`.
@@ -226,4 +437,18 @@ fn human_bytes(bytes: u64) -> String {
         }
     }
     format!("{bytes}B")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_bytes_as_redis_writes_them() {
+        assert_eq!(human_bytes(0), "0B");
+        assert_eq!(human_bytes(1023), "1023B");
+        assert_eq!(human_bytes(1536), "1.50K");
+        assert_eq!(human_bytes(3 << 20), "3.00M");
+        assert_eq!(human_bytes(5 << 30), "5.00G");
+    }
 }

@@ -22,6 +22,8 @@
 //! - [`info`]: the `INFO` text.
 //! - [`monitor`]: the feed of commands to `MONITOR` clients.
 //! - [`slowlog`]: the `SLOWLOG` of commands that ran long.
+//! - [`stats`]: what the server measures about itself: counters, rates, memory, CPU.
+//! - [`metrics`]: the Prometheus endpoint (`metrics-port`), fed by `INFO`.
 //! - [`number`]: numbers in arguments, parsed as Redis parses them.
 //! - [`splitargs`]: Redis's quoted-argument splitting, for inline requests and the config file.
 //! - [`glob`]: Redis's glob patterns, for `CONFIG GET`.
@@ -35,6 +37,7 @@ pub mod core;
 pub mod glob;
 pub mod info;
 pub mod logging;
+pub mod metrics;
 pub mod monitor;
 pub mod number;
 pub mod registry;
@@ -43,5 +46,6 @@ pub mod request;
 pub mod server;
 pub mod slowlog;
 pub mod splitargs;
+pub mod stats;
 pub mod tls;
 pub mod warnings;

@@ -27,9 +27,11 @@ use crate::command::{CommandName, KillFilter};
 use crate::config::Config;
 use crate::connection::{Connection, linger};
 use crate::core::{Core, load_state};
+use crate::metrics;
 use crate::monitor::Monitors;
 use crate::reply::Protocol;
 use crate::slowlog::SlowLog;
+use crate::stats::{self, Metered, Stats};
 use crate::tls::{self, TlsAcceptor};
 
 /// State every connection and the core can see.
@@ -48,13 +50,6 @@ pub struct Shared {
     pub slowlog: SlowLog,
     /// Cancelled to shut the server down.
     pub shutdown: CancellationToken,
-}
-
-/// Counters for `INFO stats`.
-#[derive(Debug, Default)]
-pub struct Stats {
-    pub total_connections_received: AtomicU64,
-    pub total_commands_processed: AtomicU64,
 }
 
 /// The connected clients, for `CLIENT LIST` and `INFO clients`.
@@ -224,6 +219,8 @@ pub struct Listeners {
     pub plain: Vec<TcpListener>,
     /// On `tls-port`, with the acceptor that does their clients' handshakes.
     pub tls: Option<(TlsAcceptor, Vec<TcpListener>)>,
+    /// The metrics endpoint's, on `metrics-port`; none when it is 0.
+    pub metrics: Vec<TcpListener>,
 }
 
 /// Loads the TLS setup and binds every address of `bind` on `port`, and
@@ -233,14 +230,22 @@ pub struct Listeners {
 pub async fn bind(config: &Config) -> Result<Listeners, String> {
     check_protected_mode(config)?;
     let acceptor = tls::acceptor(config)?;
-    // TLS first: its port is fixed, so a free port picked for `port 0`
-    // cannot take it.
+    // TLS and metrics first: their ports are fixed, so a free port picked
+    // for `port 0` cannot take them.
     let tls = match acceptor {
         None => None,
         Some(acceptor) => Some((acceptor, bind_all(config, config.tls_port, "TLS").await?)),
     };
+    let metrics = match config.metrics_port {
+        0 => Vec::new(),
+        port => bind_all(config, port, "metrics").await?,
+    };
     let plain = bind_all(config, config.port, "TCP").await?;
-    Ok(Listeners { plain, tls })
+    Ok(Listeners {
+        plain,
+        tls,
+        metrics,
+    })
 }
 
 async fn bind_all(config: &Config, port: u16, kind: &str) -> Result<Vec<TcpListener>, String> {
@@ -301,7 +306,7 @@ pub async fn run(
         tls_listen_addrs,
         started: Instant::now(),
         clients: ClientTable::default(),
-        stats: Stats::default(),
+        stats: Stats::new(),
         monitors: Monitors::default(),
         slowlog: SlowLog::default(),
         shutdown: CancellationToken::new(),
@@ -320,9 +325,17 @@ pub async fn run(
     let addrs: Vec<String> = (shared.listen_addrs.iter().map(|a| a.to_string()))
         .chain(shared.tls_listen_addrs.iter().map(|a| format!("{a} (tls)")))
         .collect();
+    let tracker = TaskTracker::new();
+    tracker.spawn(stats::run_sampler(shared.clone()));
+    for listener in listeners.metrics {
+        if let Ok(addr) = listener.local_addr() {
+            info!("Metrics endpoint on http://{addr}/metrics");
+        }
+        let (shared, core) = (shared.clone(), core.clone());
+        tracker.spawn(metrics::serve(listener, shared, core, tracker.clone()));
+    }
     info!("Ready to accept connections on {}", addrs.join(", "));
 
-    let tracker = TaskTracker::new();
     let (acceptor, tls_listeners) = listeners.tls.unzip();
     let all = (listeners.plain.into_iter().map(|l| (l, None))).chain(
         tls_listeners
@@ -385,12 +398,17 @@ async fn accept_loop(
             }
         };
         let full = shared.clients.len() >= shared.config.maxclients;
+        if full {
+            let rejected = &shared.stats.rejected_connections;
+            rejected.fetch_add(1, Ordering::Relaxed);
+        }
         match (&acceptor, full) {
             (None, true) => {
                 tracker.spawn(refuse(stream));
             }
             (None, false) => {
                 let (stream, client) = open_connection(stream, addr, &shared);
+                let stream = Metered::new(stream, &shared);
                 tracker
                     .spawn(Connection::new(stream, client, shared.clone(), core.clone()).serve());
             }
@@ -410,7 +428,10 @@ async fn accept_loop(
                 let (shared, core) = (shared.clone(), core.clone());
                 tracker.spawn(async move {
                     match handshake.await {
-                        Some(stream) => Connection::new(stream, client, shared, core).serve().await,
+                        Some(stream) => {
+                            let stream = Metered::new(stream, &shared);
+                            Connection::new(stream, client, shared, core).serve().await
+                        }
                         None => shared.clients.unregister(client.id),
                     }
                 });

@@ -1,0 +1,424 @@
+//! What the server measures about itself, for `INFO` and the metrics
+//! endpoint: counters, Redis's instantaneous rates, and the process's
+//! memory and CPU as the allocator and the kernel report them.
+//!
+//! Counting stays off the request path's expensive side: a Relaxed atomic
+//! add per accepted connection, per batch of requests and per socket read
+//! or write, and no lock. Rates are sampled as Redis samples them: every
+//! 100 ms the rate since the previous sample goes into a ring of 16, and
+//! the instantaneous figure is the ring's average.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::MissedTickBehavior;
+
+use crate::server::Shared;
+
+/// How often rates are sampled: `hz` in `INFO server`.
+pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
+/// Samples averaged into an instantaneous rate, as in Redis.
+const SAMPLES: usize = 16;
+
+/// Counters for `INFO stats` and the metrics endpoint.
+#[derive(Debug)]
+pub struct Stats {
+    pub total_connections_received: AtomicU64,
+    pub total_commands_processed: AtomicU64,
+    /// Connections refused because `maxclients` clients were connected.
+    pub rejected_connections: AtomicU64,
+    /// Bytes read from and written to clients (with TLS, the plaintext).
+    pub net_input_bytes: AtomicU64,
+    pub net_output_bytes: AtomicU64,
+    /// The most memory allocated at any sample or `INFO`.
+    peak_memory: AtomicU64,
+    /// When the server started, by the wall clock.
+    pub started: SystemTime,
+    rates: Mutex<Rates>,
+}
+
+impl Stats {
+    pub fn new() -> Stats {
+        Stats {
+            total_connections_received: AtomicU64::new(0),
+            total_commands_processed: AtomicU64::new(0),
+            rejected_connections: AtomicU64::new(0),
+            net_input_bytes: AtomicU64::new(0),
+            net_output_bytes: AtomicU64::new(0),
+            peak_memory: AtomicU64::new(0),
+            started: SystemTime::now(),
+            rates: Mutex::new(Rates::default()),
+        }
+    }
+
+    /// Takes one sample of each rate, and of allocated memory for the peak.
+    pub fn sample(&self) {
+        let now = Instant::now();
+        let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        {
+            let mut rates = self.rates();
+            rates.ops.add(now, read(&self.total_commands_processed));
+            rates.input.add(now, read(&self.net_input_bytes));
+            rates.output.add(now, read(&self.net_output_bytes));
+        }
+        self.peak(allocator_stats().allocated);
+    }
+
+    /// The rates averaged over the last samples.
+    pub fn instantaneous(&self) -> Instantaneous {
+        let rates = self.rates();
+        Instantaneous {
+            ops_per_sec: rates.ops.average(),
+            input_bytes_per_sec: rates.input.average(),
+            output_bytes_per_sec: rates.output.average(),
+        }
+    }
+
+    /// The memory figures now, with the peak brought up to date.
+    pub fn memory(&self) -> Memory {
+        let allocator = allocator_stats();
+        Memory {
+            allocator,
+            peak: self.peak(allocator.allocated),
+            rss: resident_bytes(),
+        }
+    }
+
+    /// Raises the peak to `allocated` if it is higher; the peak after.
+    fn peak(&self, allocated: u64) -> u64 {
+        let before = self.peak_memory.fetch_max(allocated, Ordering::Relaxed);
+        before.max(allocated)
+    }
+
+    fn rates(&self) -> std::sync::MutexGuard<'_, Rates> {
+        // Plain numbers: a panic elsewhere cannot leave them inconsistent.
+        self.rates
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Default for Stats {
+    fn default() -> Stats {
+        Stats::new()
+    }
+}
+
+/// Per-second rates, as `INFO stats` shows them.
+#[derive(Clone, Copy, Debug)]
+pub struct Instantaneous {
+    pub ops_per_sec: f64,
+    pub input_bytes_per_sec: f64,
+    pub output_bytes_per_sec: f64,
+}
+
+#[derive(Debug, Default)]
+struct Rates {
+    ops: Track,
+    input: Track,
+    output: Track,
+}
+
+/// One counter's recent rates.
+#[derive(Debug, Default)]
+struct Track {
+    /// The previous sample: when, and the counter's value.
+    last: Option<(Instant, u64)>,
+    samples: [f64; SAMPLES],
+    next: usize,
+}
+
+impl Track {
+    fn add(&mut self, now: Instant, value: u64) {
+        if let Some((then, before)) = self.last {
+            let seconds = now.duration_since(then).as_secs_f64();
+            if seconds > 0.0 {
+                self.samples[self.next] = value.saturating_sub(before) as f64 / seconds;
+                self.next = (self.next + 1) % SAMPLES;
+            }
+        }
+        self.last = Some((now, value));
+    }
+
+    /// The mean of the ring, empty slots counting as 0 as in Redis, so a
+    /// rate builds up over the first 1.6 seconds.
+    fn average(&self) -> f64 {
+        self.samples.iter().sum::<f64>() / SAMPLES as f64
+    }
+}
+
+/// Samples the rates every [`SAMPLE_INTERVAL`] until shutdown.
+pub async fn run_sampler(shared: Arc<Shared>) {
+    let mut ticks = tokio::time::interval(SAMPLE_INTERVAL);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            _ = ticks.tick() => shared.stats.sample(),
+        }
+    }
+}
+
+/// A client's stream, adding the bytes that pass through it to
+/// `net_input_bytes` and `net_output_bytes`. Everything else is the
+/// wrapped stream's.
+pub struct Metered<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S> Metered<S> {
+    pub fn new(inner: S, shared: &Arc<Shared>) -> Metered<S> {
+        Metered {
+            inner,
+            shared: shared.clone(),
+        }
+    }
+
+    fn count(counter: &AtomicU64, polled: &Poll<io::Result<usize>>) {
+        if let Poll::Ready(Ok(bytes)) = polled {
+            counter.fetch_add(*bytes as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
+        let read = buf.filled().len() - before;
+        if read > 0 {
+            let counter = &this.shared.stats.net_input_bytes;
+            counter.fetch_add(read as u64, Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
+        Self::count(&this.shared.stats.net_output_bytes, &polled);
+        polled
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        Self::count(&this.shared.stats.net_output_bytes, &polled);
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+/// jemalloc's view of the heap, in bytes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AllocatorStats {
+    /// Allocated by the program: Redis's `used_memory`.
+    pub allocated: u64,
+    /// In pages the allocator is using (allocated plus its fragmentation).
+    pub active: u64,
+    /// In pages the allocator holds mapped and resident.
+    pub resident: u64,
+}
+
+/// Memory figures for `INFO memory`.
+#[derive(Clone, Copy, Debug)]
+pub struct Memory {
+    pub allocator: AllocatorStats,
+    /// The most ever allocated at a sample or `INFO`.
+    pub peak: u64,
+    /// The process's resident set size; 0 where it cannot be read.
+    pub rss: u64,
+}
+
+/// jemalloc's statistics (the server's allocator, see main.rs). They are
+/// cached: advancing the epoch refreshes them.
+fn allocator_stats() -> AllocatorStats {
+    use tikv_jemalloc_ctl::{epoch, stats};
+    let _ = epoch::advance();
+    let read = |value: tikv_jemalloc_ctl::Result<usize>| value.unwrap_or(0) as u64;
+    AllocatorStats {
+        allocated: read(stats::allocated::read()),
+        active: read(stats::active::read()),
+        resident: read(stats::resident::read()),
+    }
+}
+
+/// jemalloc's version, as `mem_allocator` shows it: `jemalloc-5.3.0`.
+pub fn allocator_name() -> String {
+    let version = tikv_jemalloc_ctl::version::read().unwrap_or("unknown");
+    // "5.3.0-0-g54eaed1d8b56b1aa528be3bdd1877e59c56fa90c": the release.
+    let release = version.split('-').next().unwrap_or(version);
+    format!("jemalloc-{release}")
+}
+
+/// The process's resident set size, from `/proc/self/statm` where there is
+/// one (Linux); 0 elsewhere.
+fn resident_bytes() -> u64 {
+    let Ok(statm) = std::fs::read_to_string("/proc/self/statm") else {
+        return 0;
+    };
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|field| field.parse().ok())
+        .unwrap_or(0);
+    pages * page_size()
+}
+
+fn page_size() -> u64 {
+    use nix::unistd::{SysconfVar, sysconf};
+    match sysconf(SysconfVar::PAGE_SIZE) {
+        Ok(Some(size)) if size > 0 => size as u64,
+        _ => 4096,
+    }
+}
+
+/// The machine's physical memory in bytes; 0 if unknown.
+pub fn total_system_memory() -> u64 {
+    use nix::unistd::{SysconfVar, sysconf};
+    match sysconf(SysconfVar::_PHYS_PAGES) {
+        Ok(Some(pages)) if pages > 0 => (pages as u64).saturating_mul(page_size()),
+        _ => 0,
+    }
+}
+
+/// CPU time used, from getrusage(2).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuTimes {
+    /// By the process's threads.
+    pub user: Duration,
+    pub system: Duration,
+    /// By its children that have been waited for (leased starts none).
+    pub children_user: Duration,
+    pub children_system: Duration,
+}
+
+pub fn cpu_times() -> CpuTimes {
+    use nix::sys::resource::{UsageWho, getrusage};
+    use nix::sys::time::TimeVal;
+    let duration = |time: TimeVal| {
+        let micros = time.tv_sec() as i128 * 1_000_000 + time.tv_usec() as i128;
+        Duration::from_micros(u64::try_from(micros).unwrap_or(0))
+    };
+    let mut times = CpuTimes::default();
+    if let Ok(own) = getrusage(UsageWho::RUSAGE_SELF) {
+        times.user = duration(own.user_time());
+        times.system = duration(own.system_time());
+    }
+    if let Ok(children) = getrusage(UsageWho::RUSAGE_CHILDREN) {
+        times.children_user = duration(children.user_time());
+        times.children_system = duration(children.system_time());
+    }
+    times
+}
+
+/// The kernel as `uname -s -r -m` prints it, as Redis's `os` field shows
+/// it: `Linux 6.1.0-18-amd64 x86_64`.
+pub fn os_name() -> String {
+    match nix::sys::utsname::uname() {
+        Ok(uts) => format!(
+            "{} {} {}",
+            uts.sysname().to_string_lossy(),
+            uts.release().to_string_lossy(),
+            uts.machine().to_string_lossy()
+        ),
+        Err(_) => format!("{} {}", std::env::consts::OS, std::env::consts::ARCH),
+    }
+}
+
+/// 40 random hex characters, as Redis's `run_id` and `master_replid`.
+pub fn random_hex_id() -> String {
+    let mut bytes = [0u8; 20];
+    if getrandom::fill(&mut bytes).is_err() {
+        // No OS randomness: the time and the process id keep the id
+        // unlike other processes' ids, which is all it is for.
+        let seed = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos()
+            ^ (u128::from(std::process::id()) << 64);
+        for (byte, seed_byte) in bytes.iter_mut().zip(seed.to_le_bytes()) {
+            *byte = seed_byte;
+        }
+    }
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_is_the_mean_of_the_last_sixteen_samples() {
+        let mut track = Track::default();
+        let start = Instant::now();
+        let tick = |n: u32| start + SAMPLE_INTERVAL * n;
+        // 100 more every 100 ms: 1000 a second, reached once the ring is full.
+        for n in 0..=4 {
+            track.add(tick(n), 100 * u64::from(n));
+        }
+        assert!((track.average() - 4.0 * 1000.0 / 16.0).abs() < 1e-6);
+        for n in 5..=40 {
+            track.add(tick(n), 100 * u64::from(n));
+        }
+        assert!((track.average() - 1000.0).abs() < 1e-6);
+        // Idle: the rate falls back to 0 as idle samples replace busy ones.
+        for n in 41..=56 {
+            track.add(tick(n), 4000);
+        }
+        assert_eq!(track.average(), 0.0);
+    }
+
+    #[test]
+    fn ids_are_forty_hex_characters_and_differ() {
+        let (a, b) = (random_hex_id(), random_hex_id());
+        assert_eq!(a.len(), 40);
+        assert!(
+            a.bytes()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+        );
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn probes_give_plausible_figures() {
+        let stats = Stats::new();
+        let memory = stats.memory();
+        assert!(memory.peak >= memory.allocator.allocated);
+        assert!(total_system_memory() > 0);
+        assert!(allocator_name().starts_with("jemalloc-"));
+        assert!(!os_name().is_empty());
+    }
+}

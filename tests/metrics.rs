@@ -1,0 +1,442 @@
+//! The Prometheus endpoint (`metrics-port`), fetched over plain TCP as a
+//! scraper would: off by default, the same figures as INFO, the text and
+//! OpenMetrics formats, 404 elsewhere, bad HTTP harming nothing, protected
+//! mode, and a clean shutdown with a scraper connected.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::{Server, free_port, run};
+use redis::{Connection, InfoDict, Value};
+
+const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// A server with the endpoint on a free port; checks the log names it.
+fn start(args: &[&str]) -> (Server, u16) {
+    let port = free_port();
+    let port_text = port.to_string();
+    let mut all = vec!["--metrics-port", port_text.as_str()];
+    all.extend_from_slice(args);
+    let server = Server::start_with(&all);
+    let line = format!("Metrics endpoint on http://127.0.0.1:{port}/metrics");
+    assert!(server.log().contains(&line), "{}", server.log());
+    (server, port)
+}
+
+fn connect(port: u16) -> TcpStream {
+    let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to the metrics port");
+    // Past the server's 10 s header timeout, so a hang shows as a failure.
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    stream
+}
+
+/// Sends `request` and reads until the server closes the connection.
+fn exchange(port: u16, request: &[u8]) -> Vec<u8> {
+    let mut stream = connect(port);
+    stream.write_all(request).unwrap();
+    let mut response = Vec::new();
+    if let Err(error) = stream.read_to_end(&mut response) {
+        // A reset after a refusal still counts as closed.
+        assert_eq!(
+            error.kind(),
+            std::io::ErrorKind::ConnectionReset,
+            "not closed: {error}"
+        );
+    }
+    response
+}
+
+struct Response {
+    status: u16,
+    headers: HashMap<String, String>,
+    body: String,
+}
+
+impl Response {
+    fn parse(bytes: &[u8]) -> Response {
+        let text = String::from_utf8(bytes.to_vec()).expect("a UTF-8 response");
+        let (head, body) = text.split_once("\r\n\r\n").expect("a complete head");
+        let mut lines = head.split("\r\n");
+        let status_line = lines.next().unwrap();
+        let status = status_line
+            .strip_prefix("HTTP/1.1 ")
+            .and_then(|rest| rest.get(..3))
+            .and_then(|code| code.parse().ok())
+            .unwrap_or_else(|| panic!("status line {status_line:?}"));
+        let headers = lines
+            .map(|line| {
+                let (name, value) = line.split_once(':').expect("name: value");
+                (name.to_ascii_lowercase(), value.trim().to_owned())
+            })
+            .collect();
+        Response {
+            status,
+            headers,
+            body: body.to_owned(),
+        }
+    }
+
+    fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .map(String::as_str)
+            .unwrap_or_else(|| panic!("no {name} header in {:?}", self.headers))
+    }
+}
+
+fn request(method: &str, path: &str, extra: &str) -> Vec<u8> {
+    format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\n{extra}Connection: close\r\n\r\n")
+        .into_bytes()
+}
+
+fn get(port: u16, path: &str) -> Response {
+    Response::parse(&exchange(port, &request("GET", path, "")))
+}
+
+/// The samples of a text exposition: series (name and labels) to value.
+fn samples(body: &str) -> HashMap<String, f64> {
+    body.lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .map(|line| {
+            let (series, value) = line.rsplit_once(' ').expect("series value");
+            let value = value
+                .parse()
+                .unwrap_or_else(|_| panic!("value of {line:?}"));
+            (series.to_owned(), value)
+        })
+        .collect()
+}
+
+fn sample(samples: &HashMap<String, f64>, series: &str) -> f64 {
+    *samples
+        .get(series)
+        .unwrap_or_else(|| panic!("no {series} in {samples:?}"))
+}
+
+fn info(con: &mut Connection) -> InfoDict {
+    redis::cmd("INFO").query(con).expect("INFO")
+}
+
+fn info_number(info: &InfoDict, name: &str) -> f64 {
+    info.get(name)
+        .unwrap_or_else(|| panic!("no number {name} in INFO"))
+}
+
+#[test]
+fn off_by_default() {
+    for args in [&[][..], &["--metrics-port", "0"]] {
+        let server = Server::start_with(args);
+        assert!(
+            !server.log().contains("Metrics endpoint"),
+            "{}",
+            server.log()
+        );
+        let mut con = server.connect();
+        assert_eq!(
+            run(&mut con, &["CONFIG", "GET", "metrics-port"]),
+            Value::Array(vec![
+                common::bulk_value("metrics-port"),
+                common::bulk_value("0")
+            ])
+        );
+    }
+}
+
+#[test]
+fn the_figures_are_those_of_info() {
+    let (server, port) = start(&[]);
+    let mut con = server.connect();
+    for words in [
+        &["LEASE.ACQUIRE", "a", "w", "0"][..],
+        &["LEASE.ACQUIRE", "b", "w", "0", "TTL", "100"],
+        &["LEASE.ACQUIRE", "a", "v", "1"],
+        &["LEASE.HEARTBEAT", "b:w:2", "2", "5"],
+        &["LEASE.VALIDATE", "a", "a:w:1", "1", "12"],
+        &["LEASE.GET", "a", "12"],
+        &["LEASE.GET", "nobody", "12"],
+        &["LEASE.RELEASE", "nothing:w:9", "9"],
+    ] {
+        run(&mut con, words);
+    }
+    let info = info(&mut con);
+    let response = get(port, "/metrics");
+    assert_eq!(response.status, 200);
+    assert_eq!(response.header("content-type"), TEXT_FORMAT);
+    let body = &response.body;
+    let samples = samples(body);
+
+    let version = format!("leased_info{{version=\"{}\"}}", env!("CARGO_PKG_VERSION"));
+    assert_eq!(sample(&samples, &version), 1.0);
+    // At registry time 12, a (expired at 10) is expired and b active.
+    assert_eq!(sample(&samples, "leased_leases{state=\"active\"}"), 1.0);
+    assert_eq!(sample(&samples, "leased_leases{state=\"expired\"}"), 1.0);
+    for (series, field) in [
+        ("leased_leases{state=\"active\"}", "leases_active"),
+        ("leased_leases{state=\"expired\"}", "leases_expired"),
+        ("leased_last_fencing_token", "last_fencing_token"),
+        ("leased_token_ceiling", "token_ceiling"),
+        ("leased_leases_reclaimed_total", "leases_reclaimed"),
+        ("leased_registry_time_seconds", "registry_time"),
+        ("leased_connected_clients", "connected_clients"),
+        ("leased_max_clients", "maxclients"),
+        (
+            "leased_connections_received_total",
+            "total_connections_received",
+        ),
+        (
+            "leased_commands_processed_total",
+            "total_commands_processed",
+        ),
+        ("leased_rejected_connections_total", "rejected_connections"),
+        ("leased_keyspace_hits_total", "keyspace_hits"),
+        ("leased_keyspace_misses_total", "keyspace_misses"),
+        ("leased_aof_enabled", "aof_enabled"),
+        ("leased_aof_size_bytes", "aof_current_size"),
+        ("leased_aof_base_size_bytes", "aof_base_size"),
+        ("leased_aof_rewrites_total", "aof_rewrites"),
+        ("leased_aof_rewrite_in_progress", "aof_rewrite_in_progress"),
+    ] {
+        assert_eq!(
+            sample(&samples, series),
+            info_number(&info, field),
+            "{series} against {field}"
+        );
+    }
+    assert_eq!(sample(&samples, "leased_last_fencing_token"), 2.0);
+    assert_eq!(sample(&samples, "leased_registry_time_seconds"), 12.0);
+    for command in ["acquire", "heartbeat", "validate", "release", "get"] {
+        for result in ["ok", "failed"] {
+            let series =
+                format!("leased_lease_commands_total{{command=\"{command}\",result=\"{result}\"}}");
+            let field = format!("{command}_{result}");
+            assert_eq!(sample(&samples, &series), info_number(&info, &field));
+        }
+    }
+    let acquires = "leased_lease_commands_total{command=\"acquire\",result=\"failed\"}";
+    assert_eq!(sample(&samples, acquires), 1.0);
+    for series in [
+        "leased_aof_last_write_ok",
+        "leased_aof_last_fsync_ok",
+        "leased_aof_last_rewrite_ok",
+    ] {
+        assert_eq!(sample(&samples, series), 1.0, "{series}");
+    }
+    // Figures that only grow, or that move on their own, are at least
+    // what INFO showed just before.
+    for (series, field) in [
+        ("leased_uptime_seconds", "uptime_in_seconds"),
+        ("leased_cpu_user_seconds_total", "used_cpu_user"),
+        ("leased_cpu_system_seconds_total", "used_cpu_sys"),
+        ("leased_net_input_bytes_total", "total_net_input_bytes"),
+        ("leased_net_output_bytes_total", "total_net_output_bytes"),
+        ("leased_memory_peak_bytes", "used_memory_peak"),
+    ] {
+        assert!(
+            sample(&samples, series) >= info_number(&info, field),
+            "{series}"
+        );
+    }
+    assert!(sample(&samples, "leased_memory_used_bytes") > 0.0);
+    assert!(sample(&samples, "leased_memory_rss_bytes") > 0.0);
+
+    // Every sample has its HELP and TYPE; counters, and only they, end in
+    // _total.
+    for series in samples.keys() {
+        let name = series.split('{').next().unwrap();
+        let kind = if name.ends_with("_total") {
+            "counter"
+        } else {
+            "gauge"
+        };
+        assert!(body.contains(&format!("# TYPE {name} {kind}\n")), "{name}");
+        assert!(body.contains(&format!("# HELP {name} ")), "{name}");
+    }
+}
+
+#[test]
+fn the_figures_follow_the_server() {
+    let (server, port) = start(&["--maxclients", "1", "--appendonly", "no"]);
+    let scrape = || samples(&get(port, "/metrics").body);
+    let before = scrape();
+    assert_eq!(sample(&before, "leased_connected_clients"), 0.0);
+    assert_eq!(sample(&before, "leased_aof_enabled"), 0.0);
+    assert!(!before.contains_key("leased_aof_size_bytes"));
+    // Before any `now`, there is no registry time to show.
+    assert!(!before.contains_key("leased_registry_time_seconds"));
+
+    let mut con = server.connect();
+    run(&mut con, &["LEASE.ACQUIRE", "run", "w", "100"]);
+    let mut refused = server.raw();
+    assert_eq!(
+        common::read_to_close(&mut refused),
+        b"-ERR max number of clients reached\r\n"
+    );
+    let after = scrape();
+    assert_eq!(sample(&after, "leased_connected_clients"), 1.0);
+    assert_eq!(sample(&after, "leased_rejected_connections_total"), 1.0);
+    assert_eq!(
+        sample(&after, "leased_connections_received_total"),
+        sample(&before, "leased_connections_received_total") + 1.0
+    );
+    assert_eq!(sample(&after, "leased_leases{state=\"active\"}"), 1.0);
+    assert_eq!(sample(&after, "leased_last_fencing_token"), 1.0);
+    assert_eq!(sample(&after, "leased_registry_time_seconds"), 100.0);
+    // Scrapes are not client commands.
+    assert_eq!(
+        sample(&scrape(), "leased_commands_processed_total"),
+        sample(&after, "leased_commands_processed_total")
+    );
+}
+
+#[test]
+fn openmetrics_when_the_scraper_asks_for_it() {
+    let (_server, port) = start(&[]);
+    let accept = "Accept: application/openmetrics-text;version=1.0.0;q=0.5,\
+                  text/plain;version=0.0.4;q=0.3\r\n";
+    let response = Response::parse(&exchange(port, &request("GET", "/metrics", accept)));
+    assert_eq!(response.status, 200);
+    assert_eq!(response.header("content-type"), OPENMETRICS);
+    let body = &response.body;
+    assert!(body.ends_with("# EOF\n"), "{body}");
+    assert!(body.contains("# TYPE leased info\n"), "{body}");
+    assert!(
+        body.contains("# TYPE leased_lease_commands counter\n"),
+        "{body}"
+    );
+    assert!(
+        body.contains("# UNIT leased_memory_used_bytes bytes\n"),
+        "{body}"
+    );
+    let samples = samples(body);
+    assert_eq!(sample(&samples, "leased_last_fencing_token"), 0.0);
+}
+
+#[test]
+fn other_paths_are_not_found_and_other_methods_not_allowed() {
+    let (_server, port) = start(&[]);
+    for path in ["/", "/metrics/", "/metricsx", "/favicon.ico", "/info"] {
+        assert_eq!(get(port, path).status, 404, "{path}");
+    }
+    // A query string does not change the path.
+    assert_eq!(get(port, "/metrics?name[]=x").status, 200);
+    let post = Response::parse(&exchange(
+        port,
+        &request("POST", "/metrics", "Content-Length: 0\r\n"),
+    ));
+    assert_eq!(post.status, 405);
+    assert_eq!(post.header("allow"), "GET, HEAD");
+    let head = Response::parse(&exchange(port, &request("HEAD", "/metrics", "")));
+    assert_eq!(head.status, 200);
+    assert_eq!(head.header("content-type"), TEXT_FORMAT);
+    assert!(head.body.is_empty(), "{}", head.body);
+}
+
+#[test]
+fn bad_http_harms_nothing() {
+    let (server, port) = start(&[]);
+    // Held open, half a request: the others are served meanwhile.
+    let mut stalled = connect(port);
+    stalled.write_all(b"GET /metr").unwrap();
+
+    let huge_header = format!(
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(100_000)
+    );
+    let garbage: Vec<Vec<u8>> = vec![
+        (0..=255u8).cycle().take(4096).collect(),
+        // Blank lines before a request are allowed: the header timeout
+        // closes this one.
+        b"\r\n\r\n\r\n".to_vec(),
+        b"GET /metrics HTTP/9.9\r\n\r\n".to_vec(),
+        b"GET\r\n\r\n".to_vec(),
+        b"*1\r\n$4\r\nPING\r\n".to_vec(),
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec(),
+        b"GET /metrics HTTP/1.1\r\nContent-Length: -1\r\n\r\n".to_vec(),
+        huge_header.into_bytes(),
+    ];
+    for input in &garbage {
+        let response = exchange(port, input);
+        let text = String::from_utf8_lossy(&response);
+        assert!(
+            response.is_empty() || text.starts_with("HTTP/1.1 4"),
+            "{:?} got {text:?}",
+            String::from_utf8_lossy(&input[..input.len().min(40)])
+        );
+    }
+
+    let scraped = get(port, "/metrics");
+    assert_eq!(scraped.status, 200);
+    let mut con = server.connect();
+    assert_eq!(run(&mut con, &["PING"]), Value::SimpleString("PONG".into()));
+    drop(stalled);
+}
+
+#[test]
+fn shutdown_is_clean_with_a_scraper_connected() {
+    let (mut server, port) = start(&[]);
+    // A keep-alive scraper, idle after its first scrape.
+    let mut scraper = connect(port);
+    scraper
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut first = [0u8; 15];
+    scraper.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"HTTP/1.1 200 OK");
+    // Half of a second request.
+    scraper.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
+    server.stop();
+    assert!(server.log().contains("bye bye"));
+}
+
+#[test]
+fn requirepass_does_not_guard_the_endpoint() {
+    let (server, port) = start(&["--requirepass", "secret"]);
+    let mut con = server.connect();
+    assert!(common::error(&mut con, &["DBSIZE"]).starts_with("NOAUTH"));
+    let response = get(port, "/metrics");
+    assert_eq!(response.status, 200);
+    assert!(!response.body.contains("secret"));
+}
+
+#[test]
+fn protected_mode_covers_the_endpoint() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().join("data");
+    let port = free_port().to_string();
+    let exited = common::run_to_exit(&[
+        "--port",
+        "0",
+        "--dir",
+        dir.to_str().unwrap(),
+        "--bind",
+        "0.0.0.0",
+        "--metrics-port",
+        &port,
+    ]);
+    assert!(!exited.status.success());
+    assert!(
+        exited.output().contains("protected mode"),
+        "{}",
+        exited.output()
+    );
+}
+
+#[test]
+fn a_taken_metrics_port_stops_the_start_naming_it() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().join("data");
+    let Err(output) = Server::start_in(&dir, &["--metrics-port", &port]) else {
+        panic!("started on a taken metrics port");
+    };
+    let expected = format!("Could not create server metrics listening socket 127.0.0.1:{port}");
+    assert!(output.contains(&expected), "{output}");
+}
