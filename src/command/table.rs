@@ -155,6 +155,25 @@ const fn command(
     }
 }
 
+/// A container's `HELP` subcommand.
+const fn help_subcommand(
+    group: &'static str,
+    acl_categories: &'static [&'static str],
+    parse: ParseFn,
+) -> CommandSpec {
+    CommandSpec {
+        flags: &["loading", "stale"],
+        acl_categories,
+        ..command(
+            "help",
+            2,
+            group,
+            "Show helpful text about the different subcommands",
+            parse,
+        )
+    }
+}
+
 /// The flags of a command whose reply depends only on the connection.
 const CONNECTION_FLAGS: &[&str] = &["noscript", "loading", "stale", "fast"];
 /// Commands a client may send before authenticating.
@@ -626,17 +645,7 @@ static CLIENT_SUBCOMMANDS: &[CommandSpec] = &[
             parse_client_kill,
         )
     },
-    CommandSpec {
-        flags: &["loading", "stale"],
-        acl_categories: SLOW_CONNECTION,
-        ..command(
-            "help",
-            2,
-            "connection",
-            "Show helpful text about the different subcommands",
-            parse_client_help,
-        )
-    },
+    help_subcommand("connection", SLOW_CONNECTION, parse_client_help),
 ];
 
 static SLOWLOG_SUBCOMMANDS: &[CommandSpec] = &[
@@ -676,17 +685,7 @@ static SLOWLOG_SUBCOMMANDS: &[CommandSpec] = &[
             parse_slowlog_reset,
         )
     },
-    CommandSpec {
-        flags: &["loading", "stale"],
-        acl_categories: &["@slow"],
-        ..command(
-            "help",
-            2,
-            "server",
-            "Show helpful text about the different subcommands",
-            parse_slowlog_help,
-        )
-    },
+    help_subcommand("server", &["@slow"], parse_slowlog_help),
 ];
 
 static COMMAND_SUBCOMMANDS: &[CommandSpec] = &[
@@ -739,17 +738,7 @@ static COMMAND_SUBCOMMANDS: &[CommandSpec] = &[
             parse_command_list,
         )
     },
-    CommandSpec {
-        flags: &["loading", "stale"],
-        acl_categories: SLOW_CONNECTION,
-        ..command(
-            "help",
-            2,
-            "server",
-            "Show helpful text about the different subcommands",
-            parse_command_help,
-        )
-    },
+    help_subcommand("server", SLOW_CONNECTION, parse_command_help),
 ];
 
 static CONFIG_SUBCOMMANDS: &[CommandSpec] = &[
@@ -766,17 +755,7 @@ static CONFIG_SUBCOMMANDS: &[CommandSpec] = &[
             parse_config_get,
         )
     },
-    CommandSpec {
-        flags: &["loading", "stale"],
-        acl_categories: &["@slow"],
-        ..command(
-            "help",
-            2,
-            "server",
-            "Show helpful text about the different subcommands",
-            parse_config_help,
-        )
-    },
+    help_subcommand("server", &["@slow"], parse_config_help),
 ];
 
 pub const CLIENT_HELP: &[&str] = &[
