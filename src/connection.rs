@@ -32,7 +32,7 @@ use crate::monitor::MonitorFeed;
 use crate::reply::{Protocol, Reply};
 use crate::request::{Limits, RequestDecoder};
 use crate::server::{ClientEntry, Shared};
-use crate::slowlog;
+use crate::slowlog::Stopwatch;
 
 /// Bytes requested from the socket per read.
 const READ_CHUNK: usize = 16 * 1024;
@@ -375,7 +375,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             self.last_command = Some(name);
         }
         let monitored = self.shared.monitors.active();
-        let slow_from = slowlog::threshold(&self.shared.config);
 
         let mut slots = Vec::with_capacity(requests.len());
         let mut lease_commands = Vec::new();
@@ -399,10 +398,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                     slots.push(Slot::Core(self.protocol, index));
                 }
                 Ok(command) => {
-                    let started = slow_from.map(|_| Instant::now());
+                    let mut stopwatch = Stopwatch::start(&self.shared.config);
                     let (reply, next) = self.apply(command);
-                    if let (Some(started), Some(slow_from)) = (started, slow_from) {
-                        self.log_if_slow(args, started.elapsed(), slow_from);
+                    if let Some(took) = stopwatch.as_mut().and_then(Stopwatch::lap) {
+                        self.log_slow(args, took);
                     }
                     if let Some(reply) = reply {
                         slots.push(Slot::Ready(self.protocol, reply));
@@ -454,12 +453,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     fn publish(&self, args: &[Bytes]) {
         if command::name_of(args).is_some_and(|name| !name.is_admin()) {
             self.shared.monitors.publish(self.client.addr, args);
-        }
-    }
-
-    fn log_if_slow(&self, args: &[Bytes], took: Duration, slow_from: Duration) {
-        if took >= slow_from {
-            self.log_slow(args, took);
         }
     }
 

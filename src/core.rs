@@ -39,7 +39,7 @@ use crate::info;
 use crate::registry::{Change, Lease, Registry, TokenError};
 use crate::reply::{LeaseReply, Reply};
 use crate::server::{Shared, wall_clock};
-use crate::slowlog;
+use crate::slowlog::Stopwatch;
 
 /// Tokens reserved on disk per write of the ceiling. A crash skips at most
 /// this many; a clean shutdown skips none.
@@ -298,7 +298,7 @@ impl Core {
         self.poll_reservation();
         let clock = wall_clock();
         let refusal = self.log.as_ref().and_then(Log::refusal);
-        let slow_from = slowlog::threshold(&self.shared.config);
+        let mut stopwatch = Stopwatch::start(&self.shared.config);
         let mut answers = Vec::with_capacity(batches.len());
         for batch in batches.drain(..) {
             let mut answer = Answer {
@@ -315,17 +315,13 @@ impl Core {
                     answer.replies.push(Reply::error(refusal.clone()));
                     continue;
                 }
-                let started = slow_from.map(|_| Instant::now());
                 let counted = CommandStats::slot(&command);
                 let reply = self.apply(command, clock);
                 if let Some(slot) = counted {
                     self.stats.record(slot, &reply);
                 }
-                if let (Some(started), Some(slow_from)) = (started, slow_from) {
-                    let took = started.elapsed();
-                    if took >= slow_from {
-                        answer.slow.push((answer.replies.len(), took));
-                    }
+                if let Some(took) = stopwatch.as_mut().and_then(Stopwatch::lap) {
+                    answer.slow.push((answer.replies.len(), took));
                 }
                 if self.log_changes() {
                     changed.push(answer.replies.len());
