@@ -172,52 +172,6 @@ mod tests {
     }
 
     #[test]
-    fn each_risky_setting_names_itself_and_the_fix() {
-        let cases: &[(&[&str], &str, &str)] = &[
-            (
-                &["--bind", "0.0.0.0", "--protected-mode", "no"],
-                "listens on 0.0.0.0",
-                "requirepass",
-            ),
-            (
-                &["--bind", "127.0.0.1", "10.1.2.3", "--requirepass", "pw"],
-                "10.1.2.3 without TLS",
-                "tls-port",
-            ),
-            (&["--lease-ttl", "0.5"], "lease-ttl is 0.5 seconds", "Raise"),
-            (
-                &["--lease-retention", "0"],
-                "lease-retention is 0",
-                "the default is 3600",
-            ),
-            (
-                &["--appendonly", "no"],
-                "do not survive a restart",
-                "'appendonly yes'",
-            ),
-            (
-                &["--appendfsync", "no"],
-                "appendfsync is no",
-                "'appendfsync everysec'",
-            ),
-            (
-                &["--auto-aof-rewrite-percentage", "0"],
-                "never rewritten",
-                "BGREWRITEAOF",
-            ),
-            (
-                &["--aof-load-good-prefix", "yes"],
-                "aof-load-good-prefix is yes",
-                "back to 'no'",
-            ),
-        ];
-        for (args, what, fix) in cases {
-            let warning = only_warning(args, what);
-            assert!(warning.contains(fix), "{args:?}: {warning}");
-        }
-    }
-
-    #[test]
     fn an_open_server_is_one_warning_not_two() {
         // Without a password there is nothing to send in clear.
         only_warning(
