@@ -36,33 +36,7 @@ use tracing::{info, warn};
 use crate::registry::{Change, Registry};
 use format::{HEADER, ReplayError};
 
-/// When the log is fsynced (`appendfsync`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FsyncPolicy {
-    /// Before the replies of every round of commands: nothing acknowledged
-    /// is ever lost.
-    Always,
-    /// Once a second, by a thread of its own rather than the core task.
-    EverySec,
-    /// When the operating system decides.
-    No,
-}
-
-impl FsyncPolicy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FsyncPolicy::Always => "always",
-            FsyncPolicy::EverySec => "everysec",
-            FsyncPolicy::No => "no",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<FsyncPolicy> {
-        [FsyncPolicy::Always, FsyncPolicy::EverySec, FsyncPolicy::No]
-            .into_iter()
-            .find(|policy| policy.as_str().eq_ignore_ascii_case(name))
-    }
-}
+pub use crate::config::FsyncPolicy;
 
 /// Settings the log needs, from the configuration.
 #[derive(Clone, Debug)]

@@ -1,0 +1,686 @@
+//! The directive table: each directive's name, default, syntax and help,
+//! how its arguments are checked and stored, and how its value is printed.
+//!
+//! Every way of setting a directive goes through its row's `set`, so a
+//! value means the same in the file, on the command line and (later) at run
+//! time, and is refused with the same message.
+
+use std::net::IpAddr;
+use std::ops::RangeInclusive;
+use std::path::PathBuf;
+
+use clap::Arg;
+use clap::builder::ValueRange;
+
+use super::{Config, FsyncPolicy, LogFormat, LogLevel, OutputLimit, TlsAuthClients};
+use crate::number::{parse_finite_f64, parse_i64};
+
+/// How many arguments follow a directive's name.
+#[derive(Clone, Copy)]
+enum Arity {
+    One,
+    OneOrMore,
+}
+
+impl Arity {
+    fn check(self, name: &str, given: usize) -> Result<(), String> {
+        let (fits, expected) = match self {
+            Arity::One => (given == 1, "1"),
+            Arity::OneOrMore => (given >= 1, "at least 1"),
+        };
+        if fits {
+            Ok(())
+        } else {
+            Err(format!(
+                "wrong number of arguments for '{name}' (expected {expected}, got {given})"
+            ))
+        }
+    }
+
+    fn range(self) -> ValueRange {
+        match self {
+            Arity::One => ValueRange::new(1),
+            Arity::OneOrMore => ValueRange::new(1..),
+        }
+    }
+}
+
+/// One settable directive.
+pub(super) struct Directive {
+    pub(super) name: &'static str,
+    /// The arguments as they would be written in the file.
+    default: &'static [&'static str],
+    /// Shown in `--help` as `--name <VALUE_NAME>`.
+    value_name: &'static str,
+    pub(super) help: &'static str,
+    arity: Arity,
+    /// Validates the arguments (already counted) and stores them.
+    set: fn(&mut Config, &[String]) -> Result<(), String>,
+    /// The value as `CONFIG GET` prints it.
+    pub(super) show: fn(&Config) -> String,
+}
+
+/// Every settable directive, in the order `CONFIG GET` lists them.
+pub(super) static DIRECTIVES: &[Directive] = &[
+    Directive {
+        name: "port",
+        default: &["6479"],
+        value_name: "PORT",
+        help: "TCP port to listen on; 0 picks a free one",
+        arity: Arity::One,
+        set: set_port,
+        show: |c| c.port.to_string(),
+    },
+    Directive {
+        name: "bind",
+        default: &["127.0.0.1"],
+        value_name: "ADDRESS",
+        help: "IPv4 or IPv6 addresses to listen on",
+        arity: Arity::OneOrMore,
+        set: set_bind,
+        show: show_bind,
+    },
+    Directive {
+        name: "metrics-port",
+        default: &["0"],
+        value_name: "PORT",
+        help: "Port of the Prometheus endpoint (GET /metrics) on every bind address; 0 turns it off",
+        arity: Arity::One,
+        set: set_metrics_port,
+        show: |c| c.metrics_port.to_string(),
+    },
+    Directive {
+        name: "dir",
+        default: &["./data"],
+        value_name: "PATH",
+        help: "Data directory, relative to the working directory",
+        arity: Arity::One,
+        set: set_dir,
+        show: |c| c.dir.display().to_string(),
+    },
+    Directive {
+        name: "lease-ttl",
+        default: &["10"],
+        value_name: "SECONDS",
+        help: "Default lease TTL in seconds (a finite number > 0)",
+        arity: Arity::One,
+        set: set_lease_ttl,
+        show: |c| c.lease_ttl.to_string(),
+    },
+    Directive {
+        name: "lease-retention",
+        default: &["3600"],
+        value_name: "SECONDS",
+        help: "How long an expired, untaken lease stays releasable before it is reclaimed; 0 keeps it forever",
+        arity: Arity::One,
+        set: set_lease_retention,
+        show: |c| c.lease_retention.to_string(),
+    },
+    Directive {
+        name: "loglevel",
+        default: &["notice"],
+        value_name: "LEVEL",
+        help: "Log verbosity: debug, verbose, notice, warning or nothing",
+        arity: Arity::One,
+        set: set_loglevel,
+        show: |c| c.loglevel.as_str().to_owned(),
+    },
+    Directive {
+        name: "logformat",
+        default: &["text"],
+        value_name: "text|json",
+        help: "Log lines as human-readable text or as one JSON object per line",
+        arity: Arity::One,
+        set: set_logformat,
+        show: |c| c.logformat.as_str().to_owned(),
+    },
+    Directive {
+        name: "logfile",
+        default: &[""],
+        value_name: "PATH",
+        help: "Append log lines to this file instead of standard output (empty: standard output)",
+        arity: Arity::One,
+        set: |c, args| set_path(&mut c.logfile, &args[0]),
+        show: |c| show_path(&c.logfile),
+    },
+    Directive {
+        name: "appendonly",
+        default: &["yes"],
+        value_name: "yes|no",
+        help: "Log every change to the append-only log, so leases survive restarts",
+        arity: Arity::One,
+        set: |c, args| set_yes_no(&mut c.appendonly, "appendonly", &args[0]),
+        show: |c| yes_no(c.appendonly),
+    },
+    Directive {
+        name: "appendfilename",
+        default: &["leased.aof"],
+        value_name: "NAME",
+        help: "File name of the append-only log, inside dir",
+        arity: Arity::One,
+        set: set_appendfilename,
+        show: |c| c.appendfilename.clone(),
+    },
+    Directive {
+        name: "appendfsync",
+        default: &["everysec"],
+        value_name: "always|everysec|no",
+        help: "When the log is fsynced: before each reply, once a second, or when the OS decides",
+        arity: Arity::One,
+        set: set_appendfsync,
+        show: |c| c.appendfsync.as_str().to_owned(),
+    },
+    Directive {
+        name: "auto-aof-rewrite-percentage",
+        default: &["100"],
+        value_name: "PERCENT",
+        help: "Rewrite the log once it has grown by this much since the last rewrite; 0 disables",
+        arity: Arity::One,
+        set: set_rewrite_percentage,
+        show: |c| c.auto_aof_rewrite_percentage.to_string(),
+    },
+    Directive {
+        name: "auto-aof-rewrite-min-size",
+        default: &["64mb"],
+        value_name: "SIZE",
+        help: "Never rewrite the log automatically below this size (e.g. 64mb, 1gb)",
+        arity: Arity::One,
+        set: set_rewrite_min_size,
+        show: |c| c.auto_aof_rewrite_min_size.to_string(),
+    },
+    Directive {
+        name: "aof-load-good-prefix",
+        default: &["no"],
+        value_name: "yes|no",
+        help: "On a corrupt log, start with the records before the damage instead of refusing",
+        arity: Arity::One,
+        set: |c, args| {
+            set_yes_no(
+                &mut c.aof_load_good_prefix,
+                "aof-load-good-prefix",
+                &args[0],
+            )
+        },
+        show: |c| yes_no(c.aof_load_good_prefix),
+    },
+    Directive {
+        name: "io-threads",
+        default: &["1"],
+        value_name: "N",
+        help: "Threads serving connections and the core (1 to 128); 1 runs everything on one thread",
+        arity: Arity::One,
+        set: set_io_threads,
+        show: |c| c.io_threads.to_string(),
+    },
+    Directive {
+        name: "maxclients",
+        default: &["10000"],
+        value_name: "N",
+        help: "Clients connected at once; more are told so and disconnected",
+        arity: Arity::One,
+        set: set_maxclients,
+        show: |c| c.maxclients.to_string(),
+    },
+    Directive {
+        name: "requirepass",
+        default: &[""],
+        value_name: "PASSWORD",
+        help: "Password clients must give with AUTH or HELLO ... AUTH (empty: none)",
+        arity: Arity::One,
+        set: |c, args| {
+            c.requirepass = args[0].clone();
+            Ok(())
+        },
+        show: |c| c.requirepass.clone(),
+    },
+    Directive {
+        name: "protected-mode",
+        default: &["yes"],
+        value_name: "yes|no",
+        help: "Refuse to listen on a non-loopback address without requirepass",
+        arity: Arity::One,
+        set: |c, args| set_yes_no(&mut c.protected_mode, "protected-mode", &args[0]),
+        show: |c| yes_no(c.protected_mode),
+    },
+    Directive {
+        name: "timeout",
+        default: &["0"],
+        value_name: "SECONDS",
+        help: "Close a client after this many seconds without a request; 0 never does",
+        arity: Arity::One,
+        set: set_timeout,
+        show: |c| c.timeout.to_string(),
+    },
+    Directive {
+        name: "slowlog-log-slower-than",
+        default: &["10000"],
+        value_name: "MICROSECONDS",
+        help: "Log commands that run at least this long in SLOWLOG; 0 logs every command, a negative value none",
+        arity: Arity::One,
+        set: |c, args| {
+            c.slowlog_log_slower_than = integer_in(&args[0], i64::MIN..=i64::MAX)
+                .ok_or("invalid slowlog-log-slower-than (expected an integer of microseconds)")?;
+            Ok(())
+        },
+        show: |c| c.slowlog_log_slower_than.to_string(),
+    },
+    Directive {
+        name: "slowlog-max-len",
+        default: &["128"],
+        value_name: "N",
+        help: "The most entries SLOWLOG keeps; the oldest go first",
+        arity: Arity::One,
+        set: |c, args| {
+            c.slowlog_max_len = integer_in(&args[0], 0..=i64::MAX)
+                .ok_or("invalid slowlog-max-len (expected an integer, 0 or more)")?;
+            Ok(())
+        },
+        show: |c| c.slowlog_max_len.to_string(),
+    },
+    Directive {
+        name: "proto-max-bulk-len",
+        default: &["512mb"],
+        value_name: "SIZE",
+        help: "The longest argument a client may send (at least 1mb)",
+        arity: Arity::One,
+        set: |c, args| set_size(&mut c.proto_max_bulk_len, "proto-max-bulk-len", &args[0]),
+        show: |c| c.proto_max_bulk_len.to_string(),
+    },
+    Directive {
+        name: "client-query-buffer-limit",
+        default: &["1gb"],
+        value_name: "SIZE",
+        help: "The most bytes of unfinished requests a client may send before it is closed (at least 1mb)",
+        arity: Arity::One,
+        set: |c, args| {
+            set_size(
+                &mut c.client_query_buffer_limit,
+                "client-query-buffer-limit",
+                &args[0],
+            )
+        },
+        show: |c| c.client_query_buffer_limit.to_string(),
+    },
+    Directive {
+        name: "client-output-buffer-limit",
+        default: &["normal", "512mb", "128mb", "60"],
+        value_name: "normal HARD SOFT SECONDS",
+        help: "Disconnect a client whose unread replies pass HARD bytes, or stay above SOFT for SECONDS; 0 turns a limit off",
+        arity: Arity::OneOrMore,
+        set: set_output_limit,
+        show: show_output_limit,
+    },
+    Directive {
+        name: "lease-max-id-len",
+        default: &["1024"],
+        value_name: "BYTES",
+        help: "The longest run or worker id a lease command accepts (at least 1024)",
+        arity: Arity::One,
+        set: set_lease_max_id_len,
+        show: |c| c.lease_max_id_len.to_string(),
+    },
+    Directive {
+        name: "tls-port",
+        default: &["0"],
+        value_name: "PORT",
+        help: "TLS port to listen on as well, on every bind address; 0 turns TLS off",
+        arity: Arity::One,
+        set: set_tls_port,
+        show: |c| c.tls_port.to_string(),
+    },
+    Directive {
+        name: "tls-cert-file",
+        default: &[""],
+        value_name: "PATH",
+        help: "The server's certificate chain (PEM), needed with tls-port",
+        arity: Arity::One,
+        set: |c, args| set_path(&mut c.tls_cert_file, &args[0]),
+        show: |c| show_path(&c.tls_cert_file),
+    },
+    Directive {
+        name: "tls-key-file",
+        default: &[""],
+        value_name: "PATH",
+        help: "The private key of tls-cert-file (PEM, unencrypted), needed with tls-port",
+        arity: Arity::One,
+        set: |c, args| set_path(&mut c.tls_key_file, &args[0]),
+        show: |c| show_path(&c.tls_key_file),
+    },
+    Directive {
+        name: "tls-ca-cert-file",
+        default: &[""],
+        value_name: "PATH",
+        help: "CA certificates (PEM) that sign client certificates, needed unless tls-auth-clients is no",
+        arity: Arity::One,
+        set: |c, args| set_path(&mut c.tls_ca_cert_file, &args[0]),
+        show: |c| show_path(&c.tls_ca_cert_file),
+    },
+    Directive {
+        name: "tls-auth-clients",
+        default: &["yes"],
+        value_name: "yes|no|optional",
+        help: "TLS clients need a certificate signed by tls-ca-cert-file (yes), may present one (optional), or are not asked (no)",
+        arity: Arity::One,
+        set: set_tls_auth_clients,
+        show: |c| c.tls_auth_clients.as_str().to_owned(),
+    },
+];
+
+/// Settings that Redis tools query (redis-benchmark asks for `save` and
+/// `appendonly`) but that leased does not let anyone change: `CONFIG GET`
+/// answers them truthfully, while the file and the command line reject
+/// them as unknown. A name moves to `DIRECTIVES` once it can be set.
+pub(super) static READ_ONLY: &[(&str, &str)] = &[
+    // No RDB snapshots, ever.
+    ("save", ""),
+    // One registry, like a single database.
+    ("databases", "1"),
+];
+
+/// An integer argument within `range`, in the type of its field.
+fn integer_in<T: TryFrom<i64>>(arg: &str, range: RangeInclusive<i64>) -> Option<T> {
+    parse_i64(arg.as_bytes())
+        .filter(|n| range.contains(n))
+        .and_then(|n| T::try_from(n).ok())
+}
+
+fn set_port(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.port = integer_in(&args[0], 0..=65535)
+        .ok_or("invalid port (expected an integer from 0 to 65535)")?;
+    Ok(())
+}
+
+fn set_metrics_port(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.metrics_port = integer_in(&args[0], 0..=65535)
+        .ok_or("invalid metrics-port (expected an integer from 0 to 65535)")?;
+    Ok(())
+}
+
+fn set_tls_port(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.tls_port = integer_in(&args[0], 0..=65535)
+        .ok_or("invalid tls-port (expected an integer from 0 to 65535)")?;
+    Ok(())
+}
+
+/// A file path; the empty string, as in Redis, for none.
+fn set_path(field: &mut Option<PathBuf>, arg: &str) -> Result<(), String> {
+    *field = (!arg.is_empty()).then(|| PathBuf::from(arg));
+    Ok(())
+}
+
+fn show_path(path: &Option<PathBuf>) -> String {
+    path.as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
+}
+
+fn set_tls_auth_clients(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.tls_auth_clients = match args[0].to_ascii_lowercase().as_str() {
+        "yes" => TlsAuthClients::Yes,
+        "optional" => TlsAuthClients::Optional,
+        "no" => TlsAuthClients::No,
+        _ => return Err("invalid tls-auth-clients (expected yes, no or optional)".into()),
+    };
+    Ok(())
+}
+
+fn set_bind(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.bind = args
+        .iter()
+        .map(|arg| {
+            arg.parse().map_err(|_| {
+                format!("invalid bind address '{arg}' (expected an IPv4 or IPv6 address)")
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(())
+}
+
+fn show_bind(config: &Config) -> String {
+    let addresses: Vec<String> = config.bind.iter().map(IpAddr::to_string).collect();
+    addresses.join(" ")
+}
+
+fn set_dir(config: &mut Config, args: &[String]) -> Result<(), String> {
+    if args[0].is_empty() {
+        return Err("invalid dir (expected a non-empty path)".into());
+    }
+    config.dir = PathBuf::from(&args[0]);
+    Ok(())
+}
+
+fn set_lease_ttl(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.lease_ttl = parse_finite_f64(args[0].as_bytes())
+        .filter(|ttl| *ttl > 0.0)
+        .ok_or("invalid lease-ttl (expected a finite number of seconds greater than 0)")?;
+    Ok(())
+}
+
+fn set_lease_retention(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.lease_retention = parse_finite_f64(args[0].as_bytes())
+        .filter(|seconds| *seconds >= 0.0)
+        .ok_or("invalid lease-retention (expected a finite number of seconds, 0 or more)")?;
+    Ok(())
+}
+
+fn set_maxclients(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.maxclients = integer_in(&args[0], 1..=i64::MAX)
+        .ok_or("invalid maxclients (expected a positive integer)")?;
+    Ok(())
+}
+
+fn set_timeout(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.timeout = integer_in(&args[0], 0..=i64::MAX)
+        .ok_or("invalid timeout (expected whole seconds, 0 or more)")?;
+    Ok(())
+}
+
+/// The smallest request size limit, as in Redis: below it ordinary
+/// requests would be refused.
+const MIN_REQUEST_LIMIT: u64 = 1024 * 1024;
+
+fn set_size(field: &mut usize, name: &str, arg: &str) -> Result<(), String> {
+    *field = parse_memory(arg)
+        .filter(|size| *size >= MIN_REQUEST_LIMIT)
+        .and_then(|size| usize::try_from(size).ok())
+        .ok_or_else(|| format!("invalid {name} (expected a size of at least 1mb, e.g. 512mb)"))?;
+    Ok(())
+}
+
+fn set_output_limit(config: &mut Config, args: &[String]) -> Result<(), String> {
+    const USAGE: &str = "invalid client-output-buffer-limit (expected 'normal <hard> <soft> \
+         <soft-seconds>'; leased has only normal clients)";
+    let [class, hard, soft, seconds] = args else {
+        return Err(USAGE.into());
+    };
+    if !class.eq_ignore_ascii_case("normal") {
+        return Err(USAGE.into());
+    }
+    config.client_output_buffer_limit = OutputLimit {
+        hard: parse_memory(hard).ok_or(USAGE)?,
+        soft: parse_memory(soft).ok_or(USAGE)?,
+        soft_seconds: integer_in(seconds, 0..=i64::MAX).ok_or(USAGE)?,
+    };
+    Ok(())
+}
+
+/// As Redis prints it: the class, then bytes and seconds.
+fn show_output_limit(config: &Config) -> String {
+    let limit = config.client_output_buffer_limit;
+    format!(
+        "normal {} {} {}",
+        limit.hard, limit.soft, limit.soft_seconds
+    )
+}
+
+fn set_lease_max_id_len(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.lease_max_id_len = integer_in(&args[0], 1024..=i64::MAX)
+        .ok_or("invalid lease-max-id-len (expected an integer of at least 1024)")?;
+    Ok(())
+}
+
+fn set_io_threads(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.io_threads = integer_in(&args[0], 1..=128)
+        .ok_or("invalid io-threads (expected an integer from 1 to 128)")?;
+    Ok(())
+}
+
+fn set_loglevel(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.loglevel = LogLevel::from_name(&args[0])
+        .ok_or("invalid loglevel (expected one of: debug, verbose, notice, warning, nothing)")?;
+    Ok(())
+}
+
+fn set_logformat(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.logformat = match args[0].to_ascii_lowercase().as_str() {
+        "text" => LogFormat::Text,
+        "json" => LogFormat::Json,
+        _ => return Err("invalid logformat (expected text or json)".into()),
+    };
+    Ok(())
+}
+
+fn set_yes_no(field: &mut bool, name: &str, arg: &str) -> Result<(), String> {
+    *field = match arg.to_ascii_lowercase().as_str() {
+        "yes" => true,
+        "no" => false,
+        _ => return Err(format!("invalid {name} (expected yes or no)")),
+    };
+    Ok(())
+}
+
+fn yes_no(value: bool) -> String {
+    if value { "yes" } else { "no" }.to_owned()
+}
+
+fn set_appendfilename(config: &mut Config, args: &[String]) -> Result<(), String> {
+    let name = &args[0];
+    // A bare name, as in Redis: the log lives in `dir`.
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return Err("invalid appendfilename (expected a file name without '/')".into());
+    }
+    config.appendfilename = name.clone();
+    Ok(())
+}
+
+fn set_appendfsync(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.appendfsync = FsyncPolicy::from_name(&args[0])
+        .ok_or("invalid appendfsync (expected one of: always, everysec, no)")?;
+    Ok(())
+}
+
+fn set_rewrite_percentage(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.auto_aof_rewrite_percentage = integer_in(&args[0], 0..=i64::MAX)
+        .ok_or("invalid auto-aof-rewrite-percentage (expected an integer >= 0)")?;
+    Ok(())
+}
+
+fn set_rewrite_min_size(config: &mut Config, args: &[String]) -> Result<(), String> {
+    config.auto_aof_rewrite_min_size = parse_memory(&args[0]).ok_or(
+        "invalid auto-aof-rewrite-min-size (expected bytes, or a size such as 64mb or 1gb)",
+    )?;
+    Ok(())
+}
+
+/// A size as redis.conf writes one: a number with an optional unit, where
+/// `k`, `m` and `g` are powers of 1000 and `kb`, `mb` and `gb` powers of
+/// 1024, in any case.
+pub(super) fn parse_memory(text: &str) -> Option<u64> {
+    let lower = text.to_ascii_lowercase();
+    let digits_end = lower
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(lower.len());
+    let (digits, unit) = lower.split_at(digits_end);
+    let multiplier: u64 = match unit {
+        "" | "b" => 1,
+        "k" => 1000,
+        "kb" => 1024,
+        "m" => 1000 * 1000,
+        "mb" => 1024 * 1024,
+        "g" => 1000 * 1000 * 1000,
+        "gb" => 1024 * 1024 * 1024,
+        _ => return None,
+    };
+    let number = u64::try_from(parse_i64(digits.as_bytes())?).ok()?;
+    number.checked_mul(multiplier)
+}
+
+pub(super) fn lookup(name: &str) -> Option<&'static Directive> {
+    DIRECTIVES
+        .iter()
+        .find(|d| d.name.eq_ignore_ascii_case(name))
+}
+
+impl Directive {
+    pub(super) fn apply(&self, config: &mut Config, args: &[String]) -> Result<(), String> {
+        self.arity.check(self.name, args.len())?;
+        (self.set)(config, args)
+    }
+
+    pub(super) fn arg(&self) -> Arg {
+        Arg::new(self.name)
+            .long(self.name)
+            .value_name(self.value_name)
+            .num_args(self.arity.range())
+            // So `--lease-ttl -1` reaches the validator instead of being
+            // taken for an unknown flag.
+            .allow_negative_numbers(true)
+            .help(format!(
+                "{} [default: {}]",
+                self.help,
+                self.default.join(" ")
+            ))
+    }
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        // Placeholders only: every field but `config_file` is then set from
+        // the table, through the same setters as the file.
+        let mut config = Config {
+            port: 0,
+            bind: Vec::new(),
+            metrics_port: 0,
+            dir: PathBuf::new(),
+            lease_ttl: 0.0,
+            lease_retention: 0.0,
+            loglevel: LogLevel::Notice,
+            logformat: LogFormat::Text,
+            logfile: None,
+            appendonly: false,
+            appendfilename: String::new(),
+            appendfsync: FsyncPolicy::EverySec,
+            auto_aof_rewrite_percentage: 0,
+            auto_aof_rewrite_min_size: 0,
+            aof_load_good_prefix: false,
+            io_threads: 0,
+            maxclients: 0,
+            requirepass: String::new(),
+            protected_mode: false,
+            timeout: 0,
+            slowlog_log_slower_than: 0,
+            slowlog_max_len: 0,
+            proto_max_bulk_len: 0,
+            client_query_buffer_limit: 0,
+            client_output_buffer_limit: OutputLimit {
+                hard: 0,
+                soft: 0,
+                soft_seconds: 0,
+            },
+            lease_max_id_len: 0,
+            tls_port: 0,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_ca_cert_file: None,
+            tls_auth_clients: TlsAuthClients::Yes,
+            config_file: None,
+        };
+        for directive in DIRECTIVES {
+            let args: Vec<String> = directive.default.iter().map(|&a| a.to_owned()).collect();
+            if let Err(what) = directive.apply(&mut config, &args) {
+                panic!("the default of '{}' is invalid: {what}", directive.name);
+            }
+        }
+        config
+    }
+}

@@ -1,0 +1,549 @@
+//! Unit tests of the configuration: the table, the file, the command line
+//! and `CONFIG GET`.
+
+use std::io::Write;
+use std::path::Path;
+
+use super::directives::{DIRECTIVES, parse_memory};
+use super::source::command;
+use super::*;
+use crate::splitargs::split_args;
+
+fn parse_text(text: &str) -> Result<Config, ConfigError> {
+    let mut config = Config::default();
+    config.apply_text("test.conf", text.as_bytes())?;
+    Ok(config)
+}
+
+fn invalid(text: &str) -> String {
+    match parse_text(text) {
+        Err(ConfigError::Invalid(message)) => message,
+        other => panic!("{text:?} gave {other:?}"),
+    }
+}
+
+fn conf_file(text: &str) -> tempfile::NamedTempFile {
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    file.write_all(text.as_bytes()).unwrap();
+    file
+}
+
+fn args(list: &[&str]) -> Result<Config, ConfigError> {
+    Config::from_args(std::iter::once("leased").chain(list.iter().copied()))
+}
+
+fn ip(text: &str) -> IpAddr {
+    text.parse().unwrap()
+}
+
+#[test]
+fn defaults() {
+    let config = Config::default();
+    assert_eq!(config.port, 6479);
+    assert_eq!(config.bind, vec![ip("127.0.0.1")]);
+    assert_eq!(config.dir, PathBuf::from("./data"));
+    assert_eq!(config.lease_ttl, 10.0);
+    assert_eq!(config.loglevel, LogLevel::Notice);
+    assert_eq!(config.logformat, LogFormat::Text);
+    assert_eq!(config.logfile, None);
+    assert_eq!(config.config_file, None);
+}
+
+#[test]
+fn no_arguments_give_the_defaults() {
+    assert_eq!(args(&[]).unwrap(), Config::default());
+}
+
+#[test]
+fn file_with_comments_blank_lines_and_any_case() {
+    let config = parse_text(
+        "# a comment\n\n   # indented comment\nPORT 7000\r\nLease-TTL 2.5\n\tloglevel WARNING  \n",
+    )
+    .unwrap();
+    assert_eq!(config.port, 7000);
+    assert_eq!(config.lease_ttl, 2.5);
+    assert_eq!(config.loglevel, LogLevel::Warning);
+}
+
+#[test]
+fn file_with_quotes() {
+    let config = parse_text("dir \"/tmp/with space\"\nbind '::1' \"127.0.0.1\"\n").unwrap();
+    assert_eq!(config.dir, PathBuf::from("/tmp/with space"));
+    assert_eq!(config.bind, vec![ip("::1"), ip("127.0.0.1")]);
+    assert_eq!(
+        parse_text("dir \"a\\x41\\tb\"").unwrap().dir,
+        PathBuf::from("aA\tb")
+    );
+    assert_eq!(
+        parse_text("dir 'it\\'s'").unwrap().dir,
+        PathBuf::from("it's")
+    );
+    assert_eq!(
+        parse_text("dir x\"y z\"").unwrap().dir,
+        PathBuf::from("xy z")
+    );
+}
+
+#[test]
+fn multi_value_bind_and_later_lines_win() {
+    let config = parse_text("bind 127.0.0.1 ::1 10.0.0.1\nport 1\nport 2\n").unwrap();
+    assert_eq!(
+        config.bind,
+        vec![ip("127.0.0.1"), ip("::1"), ip("10.0.0.1")]
+    );
+    assert_eq!(config.port, 2);
+}
+
+#[test]
+fn bad_port_names_file_line_and_problem() {
+    let expected = "test.conf:3: 'port abc': invalid port (expected an integer from 0 to 65535)";
+    assert_eq!(invalid("# c\n\nport abc\n"), expected);
+    for bad in ["65536", "-1", "+1", "08", "1.0", "-0", "\" 1\"", "\"\""] {
+        let message = invalid(&format!("port {bad}"));
+        assert!(message.starts_with("test.conf:1: 'port "), "{message}");
+        assert!(message.ends_with("invalid port (expected an integer from 0 to 65535)"));
+    }
+    assert_eq!(parse_text("port 0").unwrap().port, 0);
+    assert_eq!(parse_text("port 65535").unwrap().port, 65535);
+}
+
+#[test]
+fn bad_bind_names_the_address() {
+    assert_eq!(
+        invalid("bind 127.0.0.1 localhost"),
+        "test.conf:1: 'bind 127.0.0.1 localhost': invalid bind address 'localhost' \
+         (expected an IPv4 or IPv6 address)"
+    );
+    assert!(invalid("bind 1.2.3").contains("'1.2.3'"));
+}
+
+#[test]
+fn bad_lease_ttl() {
+    for bad in [
+        "0", "-1", "inf", "-inf", "nan", "abc", "1e999", "\" 1\"", "\"1 \"", "10s",
+    ] {
+        let message = invalid(&format!("lease-ttl {bad}"));
+        assert!(message.starts_with("test.conf:1: 'lease-ttl "), "{message}");
+        assert!(
+            message.ends_with(
+                "invalid lease-ttl (expected a finite number of seconds greater than 0)"
+            ),
+            "{message}"
+        );
+    }
+    assert_eq!(parse_text("lease-ttl 1e3").unwrap().lease_ttl, 1000.0);
+    assert_eq!(parse_text("lease-ttl 0.001").unwrap().lease_ttl, 0.001);
+}
+
+#[test]
+fn bad_loglevel_and_dir() {
+    assert_eq!(
+        invalid("loglevel loud"),
+        "test.conf:1: 'loglevel loud': invalid loglevel \
+         (expected one of: debug, verbose, notice, warning, nothing)"
+    );
+    assert_eq!(
+        invalid("dir \"\""),
+        "test.conf:1: 'dir \"\"': invalid dir (expected a non-empty path)"
+    );
+}
+
+#[test]
+fn logging_directives() {
+    let config = parse_text("logformat JSON\nlogfile \"/var/log/leased/leased.log\"").unwrap();
+    assert_eq!(config.logformat, LogFormat::Json);
+    assert_eq!(
+        config.logfile,
+        Some(PathBuf::from("/var/log/leased/leased.log"))
+    );
+    assert_eq!(
+        config.get(b"logf*"),
+        [
+            ("logformat", "json".to_owned()),
+            ("logfile", "/var/log/leased/leased.log".to_owned()),
+        ]
+    );
+    // The empty string is standard output, as in Redis.
+    let config = parse_text("logfile a.log\nlogfile \"\"\nlogformat text").unwrap();
+    assert_eq!(config.logfile, None);
+    assert_eq!(config.logformat, LogFormat::Text);
+    assert_eq!(
+        invalid("logformat yaml"),
+        "test.conf:1: 'logformat yaml': invalid logformat (expected text or json)"
+    );
+}
+
+#[test]
+fn unknown_directives_including_read_only_ones() {
+    assert_eq!(
+        invalid("port 1\nmaxmemory 10mb"),
+        "test.conf:2: 'maxmemory 10mb': unknown directive 'maxmemory'"
+    );
+    assert_eq!(
+        invalid("save 900 1"),
+        "test.conf:1: 'save 900 1': unknown directive 'save'"
+    );
+    assert!(invalid("databases 1").contains("unknown directive 'databases'"));
+}
+
+#[test]
+fn tls_directives() {
+    let config = parse_text(
+        "tls-port 6380\ntls-cert-file \"/etc/tls/server cert.pem\"\n\
+         tls-key-file key.pem\ntls-ca-cert-file ca.pem\ntls-auth-clients OPTIONAL",
+    )
+    .unwrap();
+    assert_eq!(config.tls_port, 6380);
+    assert_eq!(
+        config.tls_cert_file,
+        Some(PathBuf::from("/etc/tls/server cert.pem"))
+    );
+    assert_eq!(config.tls_key_file, Some(PathBuf::from("key.pem")));
+    assert_eq!(config.tls_ca_cert_file, Some(PathBuf::from("ca.pem")));
+    assert_eq!(config.tls_auth_clients, TlsAuthClients::Optional);
+    assert_eq!(
+        config.get(b"tls-*"),
+        [
+            ("tls-port", "6380".to_owned()),
+            ("tls-cert-file", "/etc/tls/server cert.pem".to_owned()),
+            ("tls-key-file", "key.pem".to_owned()),
+            ("tls-ca-cert-file", "ca.pem".to_owned()),
+            ("tls-auth-clients", "optional".to_owned()),
+        ]
+    );
+    // The empty string unsets a file, as in Redis.
+    let config = parse_text("tls-cert-file a.pem\ntls-cert-file \"\"").unwrap();
+    assert_eq!(config.tls_cert_file, None);
+    assert_eq!(
+        parse_text("tls-auth-clients no").unwrap().tls_auth_clients,
+        TlsAuthClients::No
+    );
+    assert!(
+        invalid("tls-auth-clients maybe")
+            .ends_with("invalid tls-auth-clients (expected yes, no or optional)")
+    );
+    assert!(
+        invalid("tls-port 65536")
+            .ends_with("invalid tls-port (expected an integer from 0 to 65535)")
+    );
+}
+
+#[test]
+fn persistence_directives() {
+    let config = parse_text(
+        "appendonly no\nappendfsync ALWAYS\nappendfilename log.aof\n\
+         auto-aof-rewrite-percentage 0\nauto-aof-rewrite-min-size 1gb\n\
+         aof-load-good-prefix yes",
+    )
+    .unwrap();
+    assert!(!config.appendonly);
+    assert_eq!(config.appendfsync, FsyncPolicy::Always);
+    assert_eq!(config.appendfilename, "log.aof");
+    assert_eq!(config.auto_aof_rewrite_percentage, 0);
+    assert_eq!(config.auto_aof_rewrite_min_size, 1 << 30);
+    assert!(config.aof_load_good_prefix);
+    for (size, bytes) in [
+        ("100", 100),
+        ("1k", 1000),
+        ("1KB", 1024),
+        ("2m", 2_000_000),
+        ("3mb", 3 << 20),
+        ("1g", 1_000_000_000),
+    ] {
+        assert_eq!(parse_memory(size), Some(bytes), "{size}");
+    }
+    for bad in ["", "mb", "-1mb", "1tb", "1.5mb", "01mb"] {
+        assert_eq!(parse_memory(bad), None, "{bad}");
+    }
+    assert!(invalid("appendonly maybe").contains("invalid appendonly (expected yes or no)"));
+    assert!(invalid("appendfsync sometimes").contains("invalid appendfsync"));
+    assert!(invalid("appendfilename a/b").contains("invalid appendfilename"));
+    assert!(
+        invalid("auto-aof-rewrite-percentage -5").contains("invalid auto-aof-rewrite-percentage")
+    );
+    assert!(
+        invalid("auto-aof-rewrite-min-size lots").contains("invalid auto-aof-rewrite-min-size")
+    );
+}
+
+#[test]
+fn wrong_number_of_arguments() {
+    assert_eq!(
+        invalid("port 1 2"),
+        "test.conf:1: 'port 1 2': wrong number of arguments for 'port' (expected 1, got 2)"
+    );
+    assert_eq!(
+        invalid("\n\nbind"),
+        "test.conf:3: 'bind': wrong number of arguments for 'bind' (expected at least 1, got 0)"
+    );
+    assert!(invalid("dir").contains("for 'dir' (expected 1, got 0)"));
+}
+
+#[test]
+fn unbalanced_quotes_and_bad_utf8() {
+    assert_eq!(
+        invalid("dir \"/tmp"),
+        "test.conf:1: 'dir \"/tmp': unbalanced quotes"
+    );
+    assert_eq!(
+        invalid("dir \"\\xff\""),
+        "test.conf:1: 'dir \"\\xff\"': an argument is not valid UTF-8"
+    );
+}
+
+#[test]
+fn missing_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nope.conf");
+    let Err(ConfigError::Invalid(message)) = args(&[path.to_str().unwrap()]) else {
+        panic!("a missing file was accepted");
+    };
+    assert!(
+        message.starts_with(&format!("can't open config file '{}': ", path.display())),
+        "{message}"
+    );
+}
+
+#[test]
+fn file_errors_name_the_file_path() {
+    let file = conf_file("port 1\nport x\n");
+    let path = file.path().to_str().unwrap();
+    let Err(ConfigError::Invalid(message)) = args(&[path]) else {
+        panic!("a bad file was accepted");
+    };
+    assert!(
+        message.starts_with(&format!("{path}:2: 'port x': ")),
+        "{message}"
+    );
+}
+
+#[test]
+fn command_line_overrides_file() {
+    let file = conf_file("port 7000\nloglevel debug\nbind 10.0.0.1\n");
+    let path = file.path().to_str().unwrap();
+    let config = args(&[path, "--port", "7001", "--bind", "127.0.0.1", "::1"]).unwrap();
+    assert_eq!(config.port, 7001);
+    assert_eq!(config.loglevel, LogLevel::Debug);
+    assert_eq!(config.bind, vec![ip("127.0.0.1"), ip("::1")]);
+    assert_eq!(config.config_file, Some(PathBuf::from(path)));
+}
+
+#[test]
+fn command_line_without_a_file() {
+    let config = args(&[
+        "--lease-ttl",
+        "2.5",
+        "--dir",
+        "/tmp/x",
+        "--port",
+        "1",
+        "--port",
+        "2",
+    ]);
+    let config = config.unwrap();
+    assert_eq!(config.lease_ttl, 2.5);
+    assert_eq!(config.dir, PathBuf::from("/tmp/x"));
+    assert_eq!(config.port, 2);
+    assert_eq!(config.config_file, None);
+}
+
+#[test]
+fn bad_command_line_value_names_the_option() {
+    let Err(ConfigError::Invalid(message)) = args(&["--lease-ttl", "-1"]) else {
+        panic!("a negative TTL was accepted");
+    };
+    assert_eq!(
+        message,
+        "command line: '--lease-ttl -1': invalid lease-ttl \
+         (expected a finite number of seconds greater than 0)"
+    );
+}
+
+#[test]
+fn unknown_flag_is_a_clap_error_naming_it() {
+    let Err(ConfigError::Args(error)) = args(&["--no-such-thing", "1"]) else {
+        panic!("an unknown flag was accepted");
+    };
+    assert_eq!(error.kind(), clap::error::ErrorKind::UnknownArgument);
+    assert!(error.to_string().contains("--no-such-thing"), "{error}");
+    let Err(ConfigError::Args(error)) = args(&["--save", ""]) else {
+        panic!("--save was accepted");
+    };
+    assert_eq!(error.kind(), clap::error::ErrorKind::UnknownArgument);
+}
+
+#[test]
+fn help_and_version_come_from_clap() {
+    let Err(ConfigError::Args(help)) = args(&["--help"]) else {
+        panic!("--help did not stop");
+    };
+    assert_eq!(help.kind(), clap::error::ErrorKind::DisplayHelp);
+    let text = help.to_string();
+    for directive in DIRECTIVES {
+        assert!(text.contains(&format!("--{}", directive.name)), "{text}");
+        assert!(text.contains(directive.help), "{text}");
+    }
+    let Err(ConfigError::Args(version)) = args(&["--version"]) else {
+        panic!("--version did not stop");
+    };
+    assert_eq!(version.kind(), clap::error::ErrorKind::DisplayVersion);
+}
+
+#[test]
+fn command_is_well_formed() {
+    command().debug_assert();
+}
+
+fn names(config: &Config, pattern: &str) -> Vec<&'static str> {
+    config
+        .get(pattern.as_bytes())
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect()
+}
+
+#[test]
+fn config_get_all_in_table_order() {
+    let all = Config::default().get(b"*");
+    let expected = [
+        ("port", "6479"),
+        ("bind", "127.0.0.1"),
+        ("metrics-port", "0"),
+        ("dir", "./data"),
+        ("lease-ttl", "10"),
+        ("lease-retention", "3600"),
+        ("loglevel", "notice"),
+        ("logformat", "text"),
+        ("logfile", ""),
+        ("appendonly", "yes"),
+        ("appendfilename", "leased.aof"),
+        ("appendfsync", "everysec"),
+        ("auto-aof-rewrite-percentage", "100"),
+        ("auto-aof-rewrite-min-size", "67108864"),
+        ("aof-load-good-prefix", "no"),
+        ("io-threads", "1"),
+        ("maxclients", "10000"),
+        ("requirepass", ""),
+        ("protected-mode", "yes"),
+        ("timeout", "0"),
+        ("slowlog-log-slower-than", "10000"),
+        ("slowlog-max-len", "128"),
+        ("proto-max-bulk-len", "536870912"),
+        ("client-query-buffer-limit", "1073741824"),
+        (
+            "client-output-buffer-limit",
+            "normal 536870912 134217728 60",
+        ),
+        ("lease-max-id-len", "1024"),
+        ("tls-port", "0"),
+        ("tls-cert-file", ""),
+        ("tls-key-file", ""),
+        ("tls-ca-cert-file", ""),
+        ("tls-auth-clients", "yes"),
+        ("save", ""),
+        ("databases", "1"),
+    ];
+    let all: Vec<(&str, &str)> = all.iter().map(|(n, v)| (*n, v.as_str())).collect();
+    assert_eq!(all, expected);
+}
+
+#[test]
+fn config_get_patterns() {
+    let config = Config::default();
+    assert_eq!(config.get(b"port"), vec![("port", "6479".to_owned())]);
+    assert_eq!(config.get(b"PORT"), vec![("port", "6479".to_owned())]);
+    assert_eq!(names(&config, "*ttl*"), ["lease-ttl"]);
+    assert_eq!(
+        names(&config, "lease-*"),
+        ["lease-ttl", "lease-retention", "lease-max-id-len"]
+    );
+    assert_eq!(names(&config, "appendonly"), ["appendonly"]);
+    assert_eq!(names(&config, "log*"), ["loglevel", "logformat", "logfile"]);
+    assert_eq!(names(&config, "d*"), ["dir", "databases"]);
+    assert!(config.get(b"nosuch").is_empty());
+    assert!(config.get(b"").is_empty());
+}
+
+#[test]
+fn config_get_prints_values_as_redis_does() {
+    let config = parse_text("bind 127.0.0.1 ::1\nlease-ttl 2.5\nloglevel VERBOSE").unwrap();
+    assert_eq!(
+        config.get(b"bind"),
+        vec![("bind", "127.0.0.1 ::1".to_owned())]
+    );
+    assert_eq!(
+        config.get(b"lease-ttl"),
+        vec![("lease-ttl", "2.5".to_owned())]
+    );
+    assert_eq!(
+        config.get(b"loglevel"),
+        vec![("loglevel", "verbose".to_owned())]
+    );
+}
+
+#[test]
+fn limit_directives() {
+    let config = parse_text(
+        "timeout 30\nproto-max-bulk-len 2mb\nclient-query-buffer-limit 1gb\n\
+         client-output-buffer-limit NORMAL 1gb 256mb 30\nlease-max-id-len 4096",
+    )
+    .unwrap();
+    assert_eq!(config.timeout, 30);
+    assert_eq!(config.proto_max_bulk_len, 2 << 20);
+    assert_eq!(config.client_query_buffer_limit, 1 << 30);
+    assert_eq!(
+        config.client_output_buffer_limit,
+        OutputLimit {
+            hard: 1 << 30,
+            soft: 256 << 20,
+            soft_seconds: 30
+        }
+    );
+    assert_eq!(config.lease_max_id_len, 4096);
+    for bad in [
+        "timeout -1",
+        "proto-max-bulk-len 1048575",
+        "client-query-buffer-limit 0",
+        "client-output-buffer-limit pubsub 32mb 8mb 60",
+        "client-output-buffer-limit normal 1mb 1mb",
+        "client-output-buffer-limit normal 1mb 1mb x",
+        "lease-max-id-len 1023",
+    ] {
+        let name = bad.split(' ').next().unwrap();
+        assert!(invalid(bad).contains(&format!("invalid {name}")), "{bad}");
+    }
+}
+
+fn shipped_conf() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("conf/leased.conf")
+}
+
+#[test]
+fn shipped_conf_gives_the_defaults() {
+    let path = shipped_conf();
+    let config = Config::from_args(["leased".as_ref(), path.as_os_str()]).unwrap();
+    assert_eq!(config.config_file.as_deref(), Some(path.as_path()));
+    assert_eq!(
+        Config {
+            config_file: None,
+            ..config
+        },
+        Config::default()
+    );
+}
+
+#[test]
+fn shipped_conf_sets_every_directive() {
+    let text = std::fs::read_to_string(shipped_conf()).unwrap();
+    for directive in DIRECTIVES {
+        let set = text.lines().any(|line| {
+            let line = line.trim();
+            let args = split_args(line.as_bytes()).unwrap_or_default();
+            !line.starts_with('#')
+                && args
+                    .first()
+                    .is_some_and(|name| name == directive.name.as_bytes())
+        });
+        assert!(set, "conf/leased.conf does not set '{}'", directive.name);
+    }
+}
