@@ -12,7 +12,9 @@ use std::path::PathBuf;
 use clap::Arg;
 use clap::builder::ValueRange;
 
-use super::{Config, FsyncPolicy, LogFormat, LogLevel, OutputLimit, TlsAuthClients};
+use super::{
+    Config, DirectiveError, FsyncPolicy, LogFormat, LogLevel, OutputLimit, TlsAuthClients,
+};
 use crate::number::{parse_finite_f64, parse_i64};
 
 /// How many arguments follow a directive's name.
@@ -23,7 +25,7 @@ enum Arity {
 }
 
 impl Arity {
-    fn check(self, name: &str, given: usize) -> Result<(), String> {
+    fn check(self, name: &'static str, given: usize) -> Result<(), DirectiveError> {
         let (fits, expected) = match self {
             Arity::One => (given == 1, "1"),
             Arity::OneOrMore => (given >= 1, "at least 1"),
@@ -31,9 +33,11 @@ impl Arity {
         if fits {
             Ok(())
         } else {
-            Err(format!(
-                "wrong number of arguments for '{name}' (expected {expected}, got {given})"
-            ))
+            Err(DirectiveError::Arity {
+                name,
+                expected,
+                given,
+            })
         }
     }
 
@@ -43,6 +47,20 @@ impl Arity {
             Arity::OneOrMore => ValueRange::new(1..),
         }
     }
+}
+
+/// Why a setter refused its arguments. `Directive::apply` turns it into a
+/// `DirectiveError` naming the directive, so no setter repeats its name.
+enum Refusal {
+    /// What the argument should have been, as in "(expected yes or no)".
+    Expected(&'static str),
+    /// One of `bind`'s addresses, which is not an IP address.
+    Address(String),
+}
+
+/// `value`, or the refusal saying what was expected instead.
+fn expect<T>(value: Option<T>, expected: &'static str) -> Result<T, Refusal> {
+    value.ok_or(Refusal::Expected(expected))
 }
 
 /// One settable directive.
@@ -55,7 +73,7 @@ pub(super) struct Directive {
     pub(super) help: &'static str,
     arity: Arity,
     /// Validates the arguments (already counted) and stores them.
-    set: fn(&mut Config, &[String]) -> Result<(), String>,
+    set: fn(&mut Config, &[String]) -> Result<(), Refusal>,
     /// The value as `CONFIG GET` prints it.
     pub(super) show: fn(&Config) -> String,
 }
@@ -149,7 +167,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "yes|no",
         help: "Log every change to the append-only log, so leases survive restarts",
         arity: Arity::One,
-        set: |c, args| set_yes_no(&mut c.appendonly, "appendonly", &args[0]),
+        set: |c, args| set_yes_no(&mut c.appendonly, &args[0]),
         show: |c| yes_no(c.appendonly),
     },
     Directive {
@@ -194,13 +212,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "yes|no",
         help: "On a corrupt log, start with the records before the damage instead of refusing",
         arity: Arity::One,
-        set: |c, args| {
-            set_yes_no(
-                &mut c.aof_load_good_prefix,
-                "aof-load-good-prefix",
-                &args[0],
-            )
-        },
+        set: |c, args| set_yes_no(&mut c.aof_load_good_prefix, &args[0]),
         show: |c| yes_no(c.aof_load_good_prefix),
     },
     Directive {
@@ -239,7 +251,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "yes|no",
         help: "Refuse to listen on a non-loopback address without requirepass",
         arity: Arity::One,
-        set: |c, args| set_yes_no(&mut c.protected_mode, "protected-mode", &args[0]),
+        set: |c, args| set_yes_no(&mut c.protected_mode, &args[0]),
         show: |c| yes_no(c.protected_mode),
     },
     Directive {
@@ -258,8 +270,10 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         help: "Log commands that run at least this long in SLOWLOG; 0 logs every command, a negative value none",
         arity: Arity::One,
         set: |c, args| {
-            c.slowlog_log_slower_than = integer_in(&args[0], i64::MIN..=i64::MAX)
-                .ok_or("invalid slowlog-log-slower-than (expected an integer of microseconds)")?;
+            c.slowlog_log_slower_than = expect(
+                integer_in(&args[0], i64::MIN..=i64::MAX),
+                "an integer of microseconds",
+            )?;
             Ok(())
         },
         show: |c| c.slowlog_log_slower_than.to_string(),
@@ -271,8 +285,8 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         help: "The most entries SLOWLOG keeps; the oldest go first",
         arity: Arity::One,
         set: |c, args| {
-            c.slowlog_max_len = integer_in(&args[0], 0..=i64::MAX)
-                .ok_or("invalid slowlog-max-len (expected an integer, 0 or more)")?;
+            c.slowlog_max_len =
+                expect(integer_in(&args[0], 0..=i64::MAX), "an integer, 0 or more")?;
             Ok(())
         },
         show: |c| c.slowlog_max_len.to_string(),
@@ -283,7 +297,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "SIZE",
         help: "The longest argument a client may send (at least 1mb)",
         arity: Arity::One,
-        set: |c, args| set_size(&mut c.proto_max_bulk_len, "proto-max-bulk-len", &args[0]),
+        set: |c, args| set_size(&mut c.proto_max_bulk_len, &args[0]),
         show: |c| c.proto_max_bulk_len.to_string(),
     },
     Directive {
@@ -292,13 +306,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "SIZE",
         help: "The most bytes of unfinished requests a client may send before it is closed (at least 1mb)",
         arity: Arity::One,
-        set: |c, args| {
-            set_size(
-                &mut c.client_query_buffer_limit,
-                "client-query-buffer-limit",
-                &args[0],
-            )
-        },
+        set: |c, args| set_size(&mut c.client_query_buffer_limit, &args[0]),
         show: |c| c.client_query_buffer_limit.to_string(),
     },
     Directive {
@@ -384,26 +392,25 @@ fn integer_in<T: TryFrom<i64>>(arg: &str, range: RangeInclusive<i64>) -> Option<
         .and_then(|n| T::try_from(n).ok())
 }
 
-fn set_port(config: &mut Config, args: &[String]) -> Result<(), String> {
-    config.port = integer_in(&args[0], 0..=65535)
-        .ok_or("invalid port (expected an integer from 0 to 65535)")?;
+const PORT: &str = "an integer from 0 to 65535";
+
+fn set_port(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
+    config.port = expect(integer_in(&args[0], 0..=65535), PORT)?;
     Ok(())
 }
 
-fn set_metrics_port(config: &mut Config, args: &[String]) -> Result<(), String> {
-    config.metrics_port = integer_in(&args[0], 0..=65535)
-        .ok_or("invalid metrics-port (expected an integer from 0 to 65535)")?;
+fn set_metrics_port(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
+    config.metrics_port = expect(integer_in(&args[0], 0..=65535), PORT)?;
     Ok(())
 }
 
-fn set_tls_port(config: &mut Config, args: &[String]) -> Result<(), String> {
-    config.tls_port = integer_in(&args[0], 0..=65535)
-        .ok_or("invalid tls-port (expected an integer from 0 to 65535)")?;
+fn set_tls_port(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
+    config.tls_port = expect(integer_in(&args[0], 0..=65535), PORT)?;
     Ok(())
 }
 
 /// A file path; the empty string, as in Redis, for none.
-fn set_path(field: &mut Option<PathBuf>, arg: &str) -> Result<(), String> {
+fn set_path(field: &mut Option<PathBuf>, arg: &str) -> Result<(), Refusal> {
     *field = (!arg.is_empty()).then(|| PathBuf::from(arg));
     Ok(())
 }
@@ -414,24 +421,20 @@ fn show_path(path: &Option<PathBuf>) -> String {
         .unwrap_or_default()
 }
 
-fn set_tls_auth_clients(config: &mut Config, args: &[String]) -> Result<(), String> {
+fn set_tls_auth_clients(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
     config.tls_auth_clients = match args[0].to_ascii_lowercase().as_str() {
         "yes" => TlsAuthClients::Yes,
         "optional" => TlsAuthClients::Optional,
         "no" => TlsAuthClients::No,
-        _ => return Err("invalid tls-auth-clients (expected yes, no or optional)".into()),
+        _ => return Err(Refusal::Expected("yes, no or optional")),
     };
     Ok(())
 }
 
-fn set_bind(config: &mut Config, args: &[String]) -> Result<(), String> {
+fn set_bind(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
     config.bind = args
         .iter()
-        .map(|arg| {
-            arg.parse().map_err(|_| {
-                format!("invalid bind address '{arg}' (expected an IPv4 or IPv6 address)")
-            })
-        })
+        .map(|arg| arg.parse().map_err(|_| Refusal::Address(arg.clone())))
         .collect::<Result<_, _>>()?;
     Ok(())
 }
@@ -441,37 +444,36 @@ fn show_bind(config: &Config) -> String {
     addresses.join(" ")
 }
 
-fn set_dir(config: &mut Config, args: &[String]) -> Result<(), String> {
+fn set_dir(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
     if args[0].is_empty() {
-        return Err("invalid dir (expected a non-empty path)".into());
+        return Err(Refusal::Expected("a non-empty path"));
     }
     config.dir = PathBuf::from(&args[0]);
     Ok(())
 }
 
-fn set_lease_ttl(config: &mut Config, args: &[String]) -> Result<(), String> {
-    config.lease_ttl = parse_finite_f64(args[0].as_bytes())
-        .filter(|ttl| *ttl > 0.0)
-        .ok_or("invalid lease-ttl (expected a finite number of seconds greater than 0)")?;
+fn set_lease_ttl(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
+    let ttl = parse_finite_f64(args[0].as_bytes()).filter(|ttl| *ttl > 0.0);
+    config.lease_ttl = expect(ttl, "a finite number of seconds greater than 0")?;
     Ok(())
 }
 
-fn set_lease_retention(config: &mut Config, args: &[String]) -> Result<(), String> {
-    config.lease_retention = parse_finite_f64(args[0].as_bytes())
-        .filter(|seconds| *seconds >= 0.0)
-        .ok_or("invalid lease-retention (expected a finite number of seconds, 0 or more)")?;
+fn set_lease_retention(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
+    let seconds = parse_finite_f64(args[0].as_bytes()).filter(|seconds| *seconds >= 0.0);
+    config.lease_retention = expect(seconds, "a finite number of seconds, 0 or more")?;
     Ok(())
 }
 
-fn set_maxclients(config: &mut Config, args: &[String]) -> Result<(), String> {
-    config.maxclients = integer_in(&args[0], 1..=i64::MAX)
-        .ok_or("invalid maxclients (expected a positive integer)")?;
+fn set_maxclients(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
+    config.maxclients = expect(integer_in(&args[0], 1..=i64::MAX), "a positive integer")?;
     Ok(())
 }
 
-fn set_timeout(config: &mut Config, args: &[String]) -> Result<(), String> {
-    config.timeout = integer_in(&args[0], 0..=i64::MAX)
-        .ok_or("invalid timeout (expected whole seconds, 0 or more)")?;
+fn set_timeout(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
+    config.timeout = expect(
+        integer_in(&args[0], 0..=i64::MAX),
+        "whole seconds, 0 or more",
+    )?;
     Ok(())
 }
 
@@ -479,27 +481,26 @@ fn set_timeout(config: &mut Config, args: &[String]) -> Result<(), String> {
 /// requests would be refused.
 const MIN_REQUEST_LIMIT: u64 = 1024 * 1024;
 
-fn set_size(field: &mut usize, name: &str, arg: &str) -> Result<(), String> {
-    *field = parse_memory(arg)
+fn set_size(field: &mut usize, arg: &str) -> Result<(), Refusal> {
+    let size = parse_memory(arg)
         .filter(|size| *size >= MIN_REQUEST_LIMIT)
-        .and_then(|size| usize::try_from(size).ok())
-        .ok_or_else(|| format!("invalid {name} (expected a size of at least 1mb, e.g. 512mb)"))?;
+        .and_then(|size| usize::try_from(size).ok());
+    *field = expect(size, "a size of at least 1mb, e.g. 512mb")?;
     Ok(())
 }
 
-fn set_output_limit(config: &mut Config, args: &[String]) -> Result<(), String> {
-    const USAGE: &str = "invalid client-output-buffer-limit (expected 'normal <hard> <soft> \
-         <soft-seconds>'; leased has only normal clients)";
+fn set_output_limit(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
+    const USAGE: &str = "'normal <hard> <soft> <soft-seconds>'; leased has only normal clients";
     let [class, hard, soft, seconds] = args else {
-        return Err(USAGE.into());
+        return Err(Refusal::Expected(USAGE));
     };
     if !class.eq_ignore_ascii_case("normal") {
-        return Err(USAGE.into());
+        return Err(Refusal::Expected(USAGE));
     }
     config.client_output_buffer_limit = OutputLimit {
-        hard: parse_memory(hard).ok_or(USAGE)?,
-        soft: parse_memory(soft).ok_or(USAGE)?,
-        soft_seconds: integer_in(seconds, 0..=i64::MAX).ok_or(USAGE)?,
+        hard: expect(parse_memory(hard), USAGE)?,
+        soft: expect(parse_memory(soft), USAGE)?,
+        soft_seconds: expect(integer_in(seconds, 0..=i64::MAX), USAGE)?,
     };
     Ok(())
 }
@@ -513,38 +514,41 @@ fn show_output_limit(config: &Config) -> String {
     )
 }
 
-fn set_lease_max_id_len(config: &mut Config, args: &[String]) -> Result<(), String> {
-    config.lease_max_id_len = integer_in(&args[0], 1024..=i64::MAX)
-        .ok_or("invalid lease-max-id-len (expected an integer of at least 1024)")?;
+fn set_lease_max_id_len(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
+    config.lease_max_id_len = expect(
+        integer_in(&args[0], 1024..=i64::MAX),
+        "an integer of at least 1024",
+    )?;
     Ok(())
 }
 
-fn set_io_threads(config: &mut Config, args: &[String]) -> Result<(), String> {
-    config.io_threads = integer_in(&args[0], 1..=128)
-        .ok_or("invalid io-threads (expected an integer from 1 to 128)")?;
+fn set_io_threads(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
+    config.io_threads = expect(integer_in(&args[0], 1..=128), "an integer from 1 to 128")?;
     Ok(())
 }
 
-fn set_loglevel(config: &mut Config, args: &[String]) -> Result<(), String> {
-    config.loglevel = LogLevel::from_name(&args[0])
-        .ok_or("invalid loglevel (expected one of: debug, verbose, notice, warning, nothing)")?;
+fn set_loglevel(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
+    config.loglevel = expect(
+        LogLevel::from_name(&args[0]),
+        "one of: debug, verbose, notice, warning, nothing",
+    )?;
     Ok(())
 }
 
-fn set_logformat(config: &mut Config, args: &[String]) -> Result<(), String> {
+fn set_logformat(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
     config.logformat = match args[0].to_ascii_lowercase().as_str() {
         "text" => LogFormat::Text,
         "json" => LogFormat::Json,
-        _ => return Err("invalid logformat (expected text or json)".into()),
+        _ => return Err(Refusal::Expected("text or json")),
     };
     Ok(())
 }
 
-fn set_yes_no(field: &mut bool, name: &str, arg: &str) -> Result<(), String> {
+fn set_yes_no(field: &mut bool, arg: &str) -> Result<(), Refusal> {
     *field = match arg.to_ascii_lowercase().as_str() {
         "yes" => true,
         "no" => false,
-        _ => return Err(format!("invalid {name} (expected yes or no)")),
+        _ => return Err(Refusal::Expected("yes or no")),
     };
     Ok(())
 }
@@ -553,31 +557,34 @@ fn yes_no(value: bool) -> String {
     if value { "yes" } else { "no" }.to_owned()
 }
 
-fn set_appendfilename(config: &mut Config, args: &[String]) -> Result<(), String> {
+fn set_appendfilename(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
     let name = &args[0];
     // A bare name, as in Redis: the log lives in `dir`.
     if name.is_empty() || name.contains('/') || name == "." || name == ".." {
-        return Err("invalid appendfilename (expected a file name without '/')".into());
+        return Err(Refusal::Expected("a file name without '/'"));
     }
     config.appendfilename = name.clone();
     Ok(())
 }
 
-fn set_appendfsync(config: &mut Config, args: &[String]) -> Result<(), String> {
-    config.appendfsync = FsyncPolicy::from_name(&args[0])
-        .ok_or("invalid appendfsync (expected one of: always, everysec, no)")?;
+fn set_appendfsync(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
+    config.appendfsync = expect(
+        FsyncPolicy::from_name(&args[0]),
+        "one of: always, everysec, no",
+    )?;
     Ok(())
 }
 
-fn set_rewrite_percentage(config: &mut Config, args: &[String]) -> Result<(), String> {
-    config.auto_aof_rewrite_percentage = integer_in(&args[0], 0..=i64::MAX)
-        .ok_or("invalid auto-aof-rewrite-percentage (expected an integer >= 0)")?;
+fn set_rewrite_percentage(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
+    config.auto_aof_rewrite_percentage =
+        expect(integer_in(&args[0], 0..=i64::MAX), "an integer >= 0")?;
     Ok(())
 }
 
-fn set_rewrite_min_size(config: &mut Config, args: &[String]) -> Result<(), String> {
-    config.auto_aof_rewrite_min_size = parse_memory(&args[0]).ok_or(
-        "invalid auto-aof-rewrite-min-size (expected bytes, or a size such as 64mb or 1gb)",
+fn set_rewrite_min_size(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
+    config.auto_aof_rewrite_min_size = expect(
+        parse_memory(&args[0]),
+        "bytes, or a size such as 64mb or 1gb",
     )?;
     Ok(())
 }
@@ -605,6 +612,14 @@ pub(super) fn parse_memory(text: &str) -> Option<u64> {
     number.checked_mul(multiplier)
 }
 
+/// Arguments as the setters take them: text, which every directive's
+/// arguments are.
+pub(super) fn utf8_args(args: Vec<Vec<u8>>) -> Result<Vec<String>, DirectiveError> {
+    args.into_iter()
+        .map(|arg| String::from_utf8(arg).map_err(|_| DirectiveError::NotUtf8))
+        .collect()
+}
+
 pub(super) fn lookup(name: &str) -> Option<&'static Directive> {
     DIRECTIVES
         .iter()
@@ -612,9 +627,17 @@ pub(super) fn lookup(name: &str) -> Option<&'static Directive> {
 }
 
 impl Directive {
-    pub(super) fn apply(&self, config: &mut Config, args: &[String]) -> Result<(), String> {
+    /// Checks and stores the directive's arguments: the one way every
+    /// source of configuration sets a value.
+    pub(super) fn apply(&self, config: &mut Config, args: &[String]) -> Result<(), DirectiveError> {
         self.arity.check(self.name, args.len())?;
-        (self.set)(config, args)
+        (self.set)(config, args).map_err(|refusal| match refusal {
+            Refusal::Expected(expected) => DirectiveError::Invalid {
+                name: self.name,
+                expected,
+            },
+            Refusal::Address(address) => DirectiveError::InvalidAddress { address },
+        })
     }
 
     pub(super) fn arg(&self) -> Arg {

@@ -20,6 +20,7 @@ mod source;
 mod tests;
 
 use std::fmt;
+use std::io;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
@@ -98,23 +99,116 @@ pub struct Config {
     pub config_file: Option<PathBuf>,
 }
 
+/// Why a directive's arguments were refused. The messages name the
+/// directive and what it expects, since they reach whoever wrote the line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DirectiveError {
+    /// No directive has this name.
+    Unknown { name: String },
+    /// Too few or too many arguments; `expected` is "1" or "at least 1".
+    Arity {
+        name: &'static str,
+        expected: &'static str,
+        given: usize,
+    },
+    /// An argument the directive cannot take, and what it takes instead.
+    Invalid {
+        name: &'static str,
+        expected: &'static str,
+    },
+    /// One of `bind`'s addresses is not a literal IP address.
+    InvalidAddress { address: String },
+    /// A quote opened and not closed, or closed in mid-argument.
+    UnbalancedQuotes,
+    /// An argument is not text.
+    NotUtf8,
+    /// `CONFIG SET` of a directive only the start-up may set.
+    Immutable,
+    /// `CONFIG SET` naming one directive twice.
+    Duplicate,
+}
+
+impl fmt::Display for DirectiveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DirectiveError::Unknown { name } => write!(f, "unknown directive '{name}'"),
+            DirectiveError::Arity {
+                name,
+                expected,
+                given,
+            } => write!(
+                f,
+                "wrong number of arguments for '{name}' (expected {expected}, got {given})"
+            ),
+            DirectiveError::Invalid { name, expected } => {
+                write!(f, "invalid {name} (expected {expected})")
+            }
+            DirectiveError::InvalidAddress { address } => write!(
+                f,
+                "invalid bind address '{address}' (expected an IPv4 or IPv6 address)"
+            ),
+            DirectiveError::UnbalancedQuotes => f.write_str("unbalanced quotes"),
+            DirectiveError::NotUtf8 => f.write_str("an argument is not valid UTF-8"),
+            // Redis's wording, after "CONFIG SET failed (...) - ".
+            DirectiveError::Immutable => f.write_str("can't set immutable config"),
+            DirectiveError::Duplicate => f.write_str("duplicate parameter"),
+        }
+    }
+}
+
+impl std::error::Error for DirectiveError {}
+
 /// Why the configuration could not be loaded.
 #[derive(Debug)]
 pub enum ConfigError {
     /// From the command-line parser, including `--help` and `--version`,
     /// which `clap::Error::exit` prints and exits with the right code.
     Args(clap::Error),
-    /// Anything else: the message names the directive (and file line).
-    Invalid(String),
+    /// The configuration file could not be read.
+    File { path: PathBuf, error: io::Error },
+    /// A line of the file was refused; `source` names the file and
+    /// `line_no` counts from 1.
+    Line {
+        source: String,
+        line_no: usize,
+        line: String,
+        error: DirectiveError,
+    },
+    /// A `--directive value` was refused; `value` is its arguments joined
+    /// by spaces.
+    CommandLine {
+        name: &'static str,
+        value: String,
+        error: DirectiveError,
+    },
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ConfigError::Args(e) => write!(f, "{e}"),
-            ConfigError::Invalid(m) => f.write_str(m),
+            ConfigError::File { path, error } => {
+                write!(f, "can't open config file '{}': {error}", path.display())
+            }
+            ConfigError::Line {
+                source,
+                line_no,
+                line,
+                error,
+            } => write!(f, "{source}:{line_no}: '{line}': {error}"),
+            ConfigError::CommandLine { name, value, error } => {
+                write!(f, "command line: '--{name} {value}': {error}")
+            }
         }
     }
 }
 
-impl std::error::Error for ConfigError {}
+impl std::error::Error for ConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ConfigError::Args(e) => Some(e),
+            ConfigError::File { error, .. } => Some(error),
+            ConfigError::Line { error, .. } | ConfigError::CommandLine { error, .. } => Some(error),
+        }
+    }
+}

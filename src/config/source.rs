@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use clap::{Arg, ArgMatches, Command};
 
-use super::directives::{DIRECTIVES, READ_ONLY, lookup};
-use super::{Config, ConfigError};
+use super::directives::{DIRECTIVES, READ_ONLY, lookup, utf8_args};
+use super::{Config, ConfigError, DirectiveError};
 use crate::glob;
 use crate::splitargs::split_args;
 
@@ -71,8 +71,9 @@ impl Config {
     }
 
     fn load_file(&mut self, path: &Path) -> Result<(), ConfigError> {
-        let text = std::fs::read(path).map_err(|e| {
-            ConfigError::Invalid(format!("can't open config file '{}': {e}", path.display()))
+        let text = std::fs::read(path).map_err(|error| ConfigError::File {
+            path: path.to_owned(),
+            error,
         })?;
         self.apply_text(&path.display().to_string(), &text)
     }
@@ -84,25 +85,24 @@ impl Config {
             if line.is_empty() || line[0] == b'#' {
                 continue;
             }
-            self.apply_line(line).map_err(|what| {
-                let line = String::from_utf8_lossy(line);
-                ConfigError::Invalid(format!("{source}:{}: '{line}': {what}", index + 1))
+            self.apply_line(line).map_err(|error| ConfigError::Line {
+                source: source.to_owned(),
+                line_no: index + 1,
+                line: String::from_utf8_lossy(line).into_owned(),
+                error,
             })?;
         }
         Ok(())
     }
 
-    fn apply_line(&mut self, line: &[u8]) -> Result<(), String> {
-        let args = split_args(line).ok_or("unbalanced quotes")?;
-        let args = args
-            .into_iter()
-            .map(String::from_utf8)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|_| "an argument is not valid UTF-8")?;
+    fn apply_line(&mut self, line: &[u8]) -> Result<(), DirectiveError> {
+        let args = split_args(line).ok_or(DirectiveError::UnbalancedQuotes)?;
+        let args = utf8_args(args)?;
         let Some((name, rest)) = args.split_first() else {
             return Ok(());
         };
-        let directive = lookup(name).ok_or_else(|| format!("unknown directive '{name}'"))?;
+        let directive =
+            lookup(name).ok_or_else(|| DirectiveError::Unknown { name: name.clone() })?;
         directive.apply(self, rest)
     }
 
@@ -112,13 +112,13 @@ impl Config {
                 continue;
             };
             let values: Vec<String> = values.cloned().collect();
-            directive.apply(self, &values).map_err(|what| {
-                let given = values.join(" ");
-                ConfigError::Invalid(format!(
-                    "command line: '--{} {given}': {what}",
-                    directive.name
-                ))
-            })?;
+            directive
+                .apply(self, &values)
+                .map_err(|error| ConfigError::CommandLine {
+                    name: directive.name,
+                    value: values.join(" "),
+                    error,
+                })?;
         }
         Ok(())
     }

@@ -17,7 +17,7 @@ fn parse_text(text: &str) -> Result<Config, ConfigError> {
 
 fn invalid(text: &str) -> String {
     match parse_text(text) {
-        Err(ConfigError::Invalid(message)) => message,
+        Err(error @ ConfigError::Line { .. }) => error.to_string(),
         other => panic!("{text:?} gave {other:?}"),
     }
 }
@@ -292,12 +292,51 @@ fn unbalanced_quotes_and_bad_utf8() {
 }
 
 #[test]
+fn errors_are_typed() {
+    let Err(ConfigError::Line {
+        source,
+        line_no,
+        line,
+        error,
+    }) = parse_text("# c\nmaxclients 0")
+    else {
+        panic!("maxclients 0 was accepted");
+    };
+    assert_eq!((source.as_str(), line_no), ("test.conf", 2));
+    assert_eq!(line, "maxclients 0");
+    assert_eq!(
+        error,
+        DirectiveError::Invalid {
+            name: "maxclients",
+            expected: "a positive integer"
+        }
+    );
+    let error = parse_text("bind ::1 nowhere").unwrap_err();
+    let inner = std::error::Error::source(&error).unwrap();
+    assert_eq!(
+        inner.to_string(),
+        "invalid bind address 'nowhere' (expected an IPv4 or IPv6 address)"
+    );
+    let Err(ConfigError::CommandLine { name, value, error }) = args(&["--bind", "::1", "x"]) else {
+        panic!("--bind x was accepted");
+    };
+    assert_eq!((name, value.as_str()), ("bind", "::1 x"));
+    assert_eq!(
+        error,
+        DirectiveError::InvalidAddress {
+            address: "x".into()
+        }
+    );
+}
+
+#[test]
 fn missing_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nope.conf");
-    let Err(ConfigError::Invalid(message)) = args(&[path.to_str().unwrap()]) else {
+    let Err(error @ ConfigError::File { .. }) = args(&[path.to_str().unwrap()]) else {
         panic!("a missing file was accepted");
     };
+    let message = error.to_string();
     assert!(
         message.starts_with(&format!("can't open config file '{}': ", path.display())),
         "{message}"
@@ -308,9 +347,10 @@ fn missing_file() {
 fn file_errors_name_the_file_path() {
     let file = conf_file("port 1\nport x\n");
     let path = file.path().to_str().unwrap();
-    let Err(ConfigError::Invalid(message)) = args(&[path]) else {
+    let Err(error @ ConfigError::Line { .. }) = args(&[path]) else {
         panic!("a bad file was accepted");
     };
+    let message = error.to_string();
     assert!(
         message.starts_with(&format!("{path}:2: 'port x': ")),
         "{message}"
@@ -349,9 +389,10 @@ fn command_line_without_a_file() {
 
 #[test]
 fn bad_command_line_value_names_the_option() {
-    let Err(ConfigError::Invalid(message)) = args(&["--lease-ttl", "-1"]) else {
+    let Err(error @ ConfigError::CommandLine { .. }) = args(&["--lease-ttl", "-1"]) else {
         panic!("a negative TTL was accepted");
     };
+    let message = error.to_string();
     assert_eq!(
         message,
         "command line: '--lease-ttl -1': invalid lease-ttl \
