@@ -135,6 +135,15 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         show: |c| c.lease_retention.to_string(),
     },
     Directive {
+        name: "lease-max-skew",
+        default: &["60"],
+        value_name: "SECONDS",
+        help: "An explicit `now` more than this many seconds ahead of the server's wall clock is refused; 0 = no bound",
+        arity: Arity::One,
+        set: set_lease_max_skew,
+        show: |c| c.lease_max_skew.to_string(),
+    },
+    Directive {
         name: "loglevel",
         default: &["notice"],
         value_name: "LEVEL",
@@ -464,6 +473,12 @@ fn set_lease_retention(config: &mut Config, args: &[String]) -> Result<(), Refus
     Ok(())
 }
 
+fn set_lease_max_skew(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
+    let seconds = parse_finite_f64(args[0].as_bytes()).filter(|seconds| *seconds >= 0.0);
+    config.lease_max_skew = expect(seconds, "a finite number of seconds, 0 or more")?;
+    Ok(())
+}
+
 fn set_maxclients(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
     config.maxclients = expect(integer_in(&args[0], 1..=i64::MAX), "a positive integer")?;
     Ok(())
@@ -667,6 +682,7 @@ impl Default for Config {
             dir: PathBuf::new(),
             lease_ttl: 0.0,
             lease_retention: 0.0,
+            lease_max_skew: 0.0,
             loglevel: LogLevel::Notice,
             logformat: LogFormat::Text,
             logfile: None,

@@ -43,6 +43,10 @@ pub struct Config {
     /// Seconds an expired lease stays releasable before it is reclaimed;
     /// 0 keeps expired leases forever.
     pub lease_retention: f64,
+    /// The furthest, in seconds, an explicit `now` may be ahead of the
+    /// server's wall clock; 0: no bound. One mistaken `now` (milliseconds
+    /// sent as seconds) would otherwise expire every lease at once.
+    pub lease_max_skew: f64,
     pub loglevel: LogLevel,
     /// Text or JSON lines.
     pub logformat: LogFormat,

@@ -136,6 +136,25 @@ fn bad_lease_ttl() {
 }
 
 #[test]
+fn lease_max_skew() {
+    assert_eq!(Config::default().lease_max_skew, 60.0);
+    assert_eq!(parse_text("lease-max-skew 0").unwrap().lease_max_skew, 0.0);
+    assert_eq!(
+        parse_text("lease-max-skew 0.5").unwrap().lease_max_skew,
+        0.5
+    );
+    for bad in ["-1", "inf", "nan", "1e999", "60s", "\"\""] {
+        assert_eq!(
+            invalid(&format!("lease-max-skew {bad}")),
+            format!(
+                "test.conf:1: 'lease-max-skew {bad}': invalid lease-max-skew \
+                 (expected a finite number of seconds, 0 or more)"
+            )
+        );
+    }
+}
+
+#[test]
 fn bad_loglevel_and_dir() {
     assert_eq!(
         invalid("loglevel loud"),
@@ -453,6 +472,7 @@ fn config_get_all_in_table_order() {
         ("dir", "./data"),
         ("lease-ttl", "10"),
         ("lease-retention", "3600"),
+        ("lease-max-skew", "60"),
         ("loglevel", "notice"),
         ("logformat", "text"),
         ("logfile", ""),
@@ -496,7 +516,12 @@ fn config_get_patterns() {
     assert_eq!(names(&config, "*ttl*"), ["lease-ttl"]);
     assert_eq!(
         names(&config, "lease-*"),
-        ["lease-ttl", "lease-retention", "lease-max-id-len"]
+        [
+            "lease-ttl",
+            "lease-retention",
+            "lease-max-skew",
+            "lease-max-id-len"
+        ]
     );
     assert_eq!(names(&config, "appendonly"), ["appendonly"]);
     assert_eq!(names(&config, "log*"), ["loglevel", "logformat", "logfile"]);
