@@ -49,6 +49,16 @@ impl Arity {
     }
 }
 
+/// `CONFIG SET` may change the directive while the server runs (no flag,
+/// as in Redis).
+const MUTABLE: u8 = 0;
+/// Only the file and the command line set the directive: the server reads
+/// it once, at start-up (listeners, files, threads).
+const IMMUTABLE: u8 = 1;
+/// The value is a secret: `CONFIG SET` of it must not reach the logs, the
+/// slow log or `MONITOR` unredacted.
+const SENSITIVE: u8 = 2;
+
 /// Why a setter refused its arguments. `Directive::apply` turns it into a
 /// `DirectiveError` naming the directive, so no setter repeats its name.
 enum Refusal {
@@ -67,11 +77,13 @@ fn expect<T>(value: Option<T>, expected: &'static str) -> Result<T, Refusal> {
 pub(super) struct Directive {
     pub(super) name: &'static str,
     /// The arguments as they would be written in the file.
-    default: &'static [&'static str],
+    pub(super) default: &'static [&'static str],
     /// Shown in `--help` as `--name <VALUE_NAME>`.
     value_name: &'static str,
     pub(super) help: &'static str,
     arity: Arity,
+    /// `MUTABLE` or `IMMUTABLE`, and `SENSITIVE` for a secret.
+    flags: u8,
     /// Validates the arguments (already counted) and stores them.
     set: fn(&mut Config, &[String]) -> Result<(), Refusal>,
     /// The value as `CONFIG GET` prints it.
@@ -86,6 +98,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "PORT",
         help: "TCP port to listen on; 0 picks a free one",
         arity: Arity::One,
+        flags: IMMUTABLE,
         set: set_port,
         show: |c| c.port.to_string(),
     },
@@ -95,6 +108,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "ADDRESS",
         help: "IPv4 or IPv6 addresses to listen on",
         arity: Arity::OneOrMore,
+        flags: IMMUTABLE,
         set: set_bind,
         show: show_bind,
     },
@@ -104,6 +118,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "PORT",
         help: "Port of the Prometheus endpoint (GET /metrics) on every bind address; 0 turns it off",
         arity: Arity::One,
+        flags: IMMUTABLE,
         set: set_metrics_port,
         show: |c| c.metrics_port.to_string(),
     },
@@ -113,6 +128,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "PATH",
         help: "Data directory, relative to the working directory",
         arity: Arity::One,
+        flags: IMMUTABLE,
         set: set_dir,
         show: |c| c.dir.display().to_string(),
     },
@@ -122,6 +138,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "SECONDS",
         help: "Default lease TTL in seconds (a finite number > 0)",
         arity: Arity::One,
+        flags: MUTABLE,
         set: set_lease_ttl,
         show: |c| c.lease_ttl.to_string(),
     },
@@ -131,6 +148,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "SECONDS",
         help: "How long an expired, untaken lease stays releasable before it is reclaimed; 0 keeps it forever",
         arity: Arity::One,
+        flags: MUTABLE,
         set: set_lease_retention,
         show: |c| c.lease_retention.to_string(),
     },
@@ -140,6 +158,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "SECONDS",
         help: "An explicit `now` more than this many seconds ahead of the server's wall clock is refused; 0 = no bound",
         arity: Arity::One,
+        flags: MUTABLE,
         set: set_lease_max_skew,
         show: |c| c.lease_max_skew.to_string(),
     },
@@ -149,6 +168,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "LEVEL",
         help: "Log verbosity: debug, verbose, notice, warning or nothing",
         arity: Arity::One,
+        flags: MUTABLE,
         set: set_loglevel,
         show: |c| c.loglevel.as_str().to_owned(),
     },
@@ -158,6 +178,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "text|json",
         help: "Log lines as human-readable text or as one JSON object per line",
         arity: Arity::One,
+        flags: IMMUTABLE,
         set: set_logformat,
         show: |c| c.logformat.as_str().to_owned(),
     },
@@ -167,6 +188,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "PATH",
         help: "Append log lines to this file instead of standard output (empty: standard output)",
         arity: Arity::One,
+        flags: IMMUTABLE,
         set: |c, args| set_path(&mut c.logfile, &args[0]),
         show: |c| show_path(&c.logfile),
     },
@@ -176,6 +198,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "yes|no",
         help: "Log every change to the append-only log, so leases survive restarts",
         arity: Arity::One,
+        flags: IMMUTABLE,
         set: |c, args| set_yes_no(&mut c.appendonly, &args[0]),
         show: |c| yes_no(c.appendonly),
     },
@@ -185,6 +208,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "NAME",
         help: "File name of the append-only log, inside dir",
         arity: Arity::One,
+        flags: IMMUTABLE,
         set: set_appendfilename,
         show: |c| c.appendfilename.clone(),
     },
@@ -194,6 +218,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "always|everysec|no",
         help: "When the log is fsynced: before each reply, once a second, or when the OS decides",
         arity: Arity::One,
+        flags: MUTABLE,
         set: set_appendfsync,
         show: |c| c.appendfsync.as_str().to_owned(),
     },
@@ -203,6 +228,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "PERCENT",
         help: "Rewrite the log once it has grown by this much since the last rewrite; 0 disables",
         arity: Arity::One,
+        flags: MUTABLE,
         set: set_rewrite_percentage,
         show: |c| c.auto_aof_rewrite_percentage.to_string(),
     },
@@ -212,6 +238,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "SIZE",
         help: "Never rewrite the log automatically below this size (e.g. 64mb, 1gb)",
         arity: Arity::One,
+        flags: MUTABLE,
         set: set_rewrite_min_size,
         show: |c| c.auto_aof_rewrite_min_size.to_string(),
     },
@@ -221,6 +248,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "yes|no",
         help: "On a corrupt log, start with the records before the damage instead of refusing",
         arity: Arity::One,
+        flags: MUTABLE,
         set: |c, args| set_yes_no(&mut c.aof_load_good_prefix, &args[0]),
         show: |c| yes_no(c.aof_load_good_prefix),
     },
@@ -230,6 +258,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "N",
         help: "Threads serving connections and the core (1 to 128); 1 runs everything on one thread",
         arity: Arity::One,
+        flags: IMMUTABLE,
         set: set_io_threads,
         show: |c| c.io_threads.to_string(),
     },
@@ -239,6 +268,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "N",
         help: "Clients connected at once; more are told so and disconnected",
         arity: Arity::One,
+        flags: MUTABLE,
         set: set_maxclients,
         show: |c| c.maxclients.to_string(),
     },
@@ -248,6 +278,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "PASSWORD",
         help: "Password clients must give with AUTH or HELLO ... AUTH (empty: none)",
         arity: Arity::One,
+        flags: MUTABLE | SENSITIVE,
         set: |c, args| {
             c.requirepass = args[0].clone();
             Ok(())
@@ -260,6 +291,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "yes|no",
         help: "Refuse to listen on a non-loopback address without requirepass",
         arity: Arity::One,
+        flags: MUTABLE,
         set: |c, args| set_yes_no(&mut c.protected_mode, &args[0]),
         show: |c| yes_no(c.protected_mode),
     },
@@ -269,6 +301,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "SECONDS",
         help: "Close a client after this many seconds without a request; 0 never does",
         arity: Arity::One,
+        flags: MUTABLE,
         set: set_timeout,
         show: |c| c.timeout.to_string(),
     },
@@ -278,6 +311,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "MICROSECONDS",
         help: "Log commands that run at least this long in SLOWLOG; 0 logs every command, a negative value none",
         arity: Arity::One,
+        flags: MUTABLE,
         set: |c, args| {
             c.slowlog_log_slower_than = expect(
                 integer_in(&args[0], i64::MIN..=i64::MAX),
@@ -293,6 +327,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "N",
         help: "The most entries SLOWLOG keeps; the oldest go first",
         arity: Arity::One,
+        flags: MUTABLE,
         set: |c, args| {
             c.slowlog_max_len =
                 expect(integer_in(&args[0], 0..=i64::MAX), "an integer, 0 or more")?;
@@ -306,6 +341,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "SIZE",
         help: "The longest argument a client may send (at least 1mb)",
         arity: Arity::One,
+        flags: MUTABLE,
         set: |c, args| set_size(&mut c.proto_max_bulk_len, &args[0]),
         show: |c| c.proto_max_bulk_len.to_string(),
     },
@@ -315,6 +351,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "SIZE",
         help: "The most bytes of unfinished requests a client may send before it is closed (at least 1mb)",
         arity: Arity::One,
+        flags: MUTABLE,
         set: |c, args| set_size(&mut c.client_query_buffer_limit, &args[0]),
         show: |c| c.client_query_buffer_limit.to_string(),
     },
@@ -324,6 +361,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "normal HARD SOFT SECONDS",
         help: "Disconnect a client whose unread replies pass HARD bytes, or stay above SOFT for SECONDS; 0 turns a limit off",
         arity: Arity::OneOrMore,
+        flags: MUTABLE,
         set: set_output_limit,
         show: show_output_limit,
     },
@@ -333,6 +371,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "BYTES",
         help: "The longest run or worker id a lease command accepts (at least 1024)",
         arity: Arity::One,
+        flags: MUTABLE,
         set: set_lease_max_id_len,
         show: |c| c.lease_max_id_len.to_string(),
     },
@@ -342,6 +381,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "PORT",
         help: "TLS port to listen on as well, on every bind address; 0 turns TLS off",
         arity: Arity::One,
+        flags: IMMUTABLE,
         set: set_tls_port,
         show: |c| c.tls_port.to_string(),
     },
@@ -351,6 +391,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "PATH",
         help: "The server's certificate chain (PEM), needed with tls-port",
         arity: Arity::One,
+        flags: IMMUTABLE,
         set: |c, args| set_path(&mut c.tls_cert_file, &args[0]),
         show: |c| show_path(&c.tls_cert_file),
     },
@@ -360,6 +401,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "PATH",
         help: "The private key of tls-cert-file (PEM, unencrypted), needed with tls-port",
         arity: Arity::One,
+        flags: IMMUTABLE,
         set: |c, args| set_path(&mut c.tls_key_file, &args[0]),
         show: |c| show_path(&c.tls_key_file),
     },
@@ -369,6 +411,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "PATH",
         help: "CA certificates (PEM) that sign client certificates, needed unless tls-auth-clients is no",
         arity: Arity::One,
+        flags: IMMUTABLE,
         set: |c, args| set_path(&mut c.tls_ca_cert_file, &args[0]),
         show: |c| show_path(&c.tls_ca_cert_file),
     },
@@ -378,6 +421,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         value_name: "yes|no|optional",
         help: "TLS clients need a certificate signed by tls-ca-cert-file (yes), may present one (optional), or are not asked (no)",
         arity: Arity::One,
+        flags: IMMUTABLE,
         set: set_tls_auth_clients,
         show: |c| c.tls_auth_clients.as_str().to_owned(),
     },
@@ -642,6 +686,20 @@ pub(super) fn lookup(name: &str) -> Option<&'static Directive> {
 }
 
 impl Directive {
+    pub(super) fn is_mutable(&self) -> bool {
+        self.flags & IMMUTABLE == 0
+    }
+
+    pub(super) fn is_sensitive(&self) -> bool {
+        self.flags & SENSITIVE != 0
+    }
+
+    /// Whether the directive takes several arguments (`bind 127.0.0.1 ::1`),
+    /// which `CONFIG SET` receives as the words of one value.
+    pub(super) fn takes_words(&self) -> bool {
+        matches!(self.arity, Arity::OneOrMore)
+    }
+
     /// Checks and stores the directive's arguments: the one way every
     /// source of configuration sets a value.
     pub(super) fn apply(&self, config: &mut Config, args: &[String]) -> Result<(), DirectiveError> {

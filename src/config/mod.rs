@@ -1,9 +1,13 @@
 //! Configuration: the directive table, the redis.conf-style file and the
-//! `--directive value` overrides, and `CONFIG GET`.
+//! `--directive value` overrides, `CONFIG GET` and `CONFIG SET`.
 //!
 //! One table, `DIRECTIVES`, drives all of them and `--help`, so the file,
-//! the command line and `CONFIG GET` cannot disagree about a directive's
-//! name, default or syntax. Adding a directive is a field and a row.
+//! the command line and `CONFIG GET`/`SET` cannot disagree about a
+//! directive's name, default, syntax or whether it may change while the
+//! server runs. Adding a directive is a field and a row.
+//!
+//! Everything here is pure: `CONFIG SET` returns a new `Config` and the
+//! server decides what to do with it.
 //!
 //! The module is a leaf: it depends on nothing of the server (the number,
 //! quoting and glob helpers aside), so any part of the server may read a
@@ -12,9 +16,11 @@
 //! - `enums`: the small value types (log level, fsync policy, ...).
 //! - `directives`: the table, and each directive's setter and printer.
 //! - `source`: the file, the command line and `CONFIG GET`.
+//! - `set`: `CONFIG SET`, all or nothing.
 
 mod directives;
 mod enums;
+mod set;
 mod source;
 #[cfg(test)]
 mod tests;
@@ -25,6 +31,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 pub use enums::{FsyncPolicy, LogFormat, LogLevel, OutputLimit, TlsAuthClients};
+pub use set::{SetError, is_sensitive};
 
 /// The server's settings, after the file and the command line.
 #[derive(Clone, Debug, PartialEq)]

@@ -613,3 +613,198 @@ fn shipped_conf_sets_every_directive() {
         assert!(set, "conf/leased.conf does not set '{}'", directive.name);
     }
 }
+
+fn set(config: &Config, args: &[&str]) -> Result<Config, SetError> {
+    config.set_args(args)
+}
+
+fn set_error(args: &[&str]) -> String {
+    match set(&Config::default(), args) {
+        Err(error) => error.to_string(),
+        Ok(_) => panic!("CONFIG SET {args:?} was accepted"),
+    }
+}
+
+#[test]
+fn mutable_directives_are_the_runtime_ones() {
+    let mutable: Vec<&str> = DIRECTIVES
+        .iter()
+        .filter(|d| d.is_mutable())
+        .map(|d| d.name)
+        .collect();
+    assert_eq!(
+        mutable,
+        [
+            "lease-ttl",
+            "lease-retention",
+            "lease-max-skew",
+            "loglevel",
+            "appendfsync",
+            "auto-aof-rewrite-percentage",
+            "auto-aof-rewrite-min-size",
+            "aof-load-good-prefix",
+            "maxclients",
+            "requirepass",
+            "protected-mode",
+            "timeout",
+            "slowlog-log-slower-than",
+            "slowlog-max-len",
+            "proto-max-bulk-len",
+            "client-query-buffer-limit",
+            "client-output-buffer-limit",
+            "lease-max-id-len",
+        ]
+    );
+    assert!(is_sensitive(b"requirepass"));
+    assert!(is_sensitive(b"RequirePass"));
+    assert!(!is_sensitive(b"port"));
+    assert!(!is_sensitive(b"nosuch"));
+    assert!(!is_sensitive(b"\xff"));
+}
+
+#[test]
+fn config_set_returns_the_new_configuration() {
+    let old = Config::default();
+    let new = set(
+        &old,
+        &[
+            "lease-ttl",
+            "2.5",
+            "MaxClients",
+            "50",
+            "loglevel",
+            "WARNING",
+            "requirepass",
+            "with space",
+        ],
+    )
+    .unwrap();
+    assert_eq!(new.lease_ttl, 2.5);
+    assert_eq!(new.maxclients, 50);
+    assert_eq!(new.loglevel, LogLevel::Warning);
+    // A one-argument directive takes the value whole, as Redis does.
+    assert_eq!(new.requirepass, "with space");
+    assert_eq!(old, Config::default());
+    assert_eq!(
+        Config {
+            lease_ttl: 10.0,
+            maxclients: 10000,
+            loglevel: LogLevel::Notice,
+            requirepass: String::new(),
+            ..new.clone()
+        },
+        old
+    );
+    // The empty string clears the password.
+    assert_eq!(set(&new, &["requirepass", ""]).unwrap().requirepass, "");
+    assert_eq!(set(&old, &[]).unwrap(), old);
+}
+
+#[test]
+fn config_set_takes_the_words_of_a_multi_argument_value() {
+    let config = set(
+        &Config::default(),
+        &["client-output-buffer-limit", "normal 1gb  256mb 30"],
+    )
+    .unwrap();
+    assert_eq!(
+        config.client_output_buffer_limit,
+        OutputLimit {
+            hard: 1 << 30,
+            soft: 256 << 20,
+            soft_seconds: 30
+        }
+    );
+    assert_eq!(
+        set_error(&["client-output-buffer-limit", "normal \"1gb 256mb 30"]),
+        "CONFIG SET failed (possibly related to argument 'client-output-buffer-limit') \
+         - unbalanced quotes"
+    );
+    assert_eq!(
+        set_error(&["client-output-buffer-limit", ""]),
+        "CONFIG SET failed (possibly related to argument 'client-output-buffer-limit') \
+         - invalid client-output-buffer-limit (expected 'normal <hard> <soft> \
+         <soft-seconds>'; leased has only normal clients)"
+    );
+}
+
+#[test]
+fn config_set_accepts_every_mutable_default() {
+    let config = Config::default();
+    for directive in DIRECTIVES.iter().filter(|d| d.is_mutable()) {
+        let value = directive.default.join(" ");
+        assert_eq!(
+            set(&config, &[directive.name, &value]),
+            Ok(config.clone()),
+            "{}",
+            directive.name
+        );
+    }
+}
+
+#[test]
+fn config_set_errors_have_redis_wording() {
+    assert_eq!(
+        set_error(&["lease-ttl", "1", "foo", "1", "bar", "2"]),
+        "Unknown option or number of arguments for CONFIG SET - 'foo'"
+    );
+    assert_eq!(
+        set_error(&["port", "7000"]),
+        "CONFIG SET failed (possibly related to argument 'port') - can't set immutable config"
+    );
+    assert_eq!(
+        set_error(&["lease-ttl", "1", "TLS-Port", "1"]),
+        "CONFIG SET failed (possibly related to argument 'TLS-Port') - can't set immutable config"
+    );
+    assert_eq!(
+        set_error(&["save", ""]),
+        "CONFIG SET failed (possibly related to argument 'save') - can't set immutable config"
+    );
+    assert_eq!(
+        set_error(&["lease-ttl", "1", "LEASE-TTL", "2"]),
+        "CONFIG SET failed (possibly related to argument 'LEASE-TTL') - duplicate parameter"
+    );
+    // Values are checked after names, and named by the directive.
+    assert_eq!(
+        set_error(&["MAXCLIENTS", "0"]),
+        "CONFIG SET failed (possibly related to argument 'maxclients') - \
+         invalid maxclients (expected a positive integer)"
+    );
+    assert_eq!(
+        set_error(&["maxclients", "0", "port", "1"]),
+        "CONFIG SET failed (possibly related to argument 'port') - can't set immutable config"
+    );
+    assert_eq!(
+        set_error(&["lease-ttl", "1", "lease-max-skew", "-1", "timeout", "x"]),
+        "CONFIG SET failed (possibly related to argument 'lease-max-skew') - \
+         invalid lease-max-skew (expected a finite number of seconds, 0 or more)"
+    );
+    assert_eq!(set_error(&["lease-ttl"]), "syntax error");
+    let not_utf8 = Config::default().set(&[(b"requirepass", b"\xff")]);
+    assert_eq!(
+        not_utf8.unwrap_err().to_string(),
+        "CONFIG SET failed (possibly related to argument 'requirepass') - \
+         an argument is not valid UTF-8"
+    );
+}
+
+#[test]
+fn config_set_reports_the_first_bad_name() {
+    // Whatever comes first decides, as in Redis's single pass over names.
+    assert_eq!(
+        set_error(&["port", "1", "foo", "1"]),
+        "CONFIG SET failed (possibly related to argument 'port') - can't set immutable config"
+    );
+    assert_eq!(
+        set_error(&["foo", "1", "port", "1"]),
+        "Unknown option or number of arguments for CONFIG SET - 'foo'"
+    );
+    assert_eq!(
+        set_error(&["timeout", "1", "timeout", "2", "foo", "1"]),
+        "CONFIG SET failed (possibly related to argument 'timeout') - duplicate parameter"
+    );
+    assert_eq!(
+        set(&Config::default(), &["foo", "1", "maxclients", "0"]),
+        Err(SetError::Unknown { name: "foo".into() })
+    );
+}
