@@ -17,18 +17,31 @@ use super::{
 };
 use crate::number::{parse_finite_f64, parse_i64};
 
-/// How many arguments follow a directive's name.
+/// A directive's arguments: how many follow its name, and how `CONFIG
+/// REWRITE` writes its value back so that the file reads it again as is.
 #[derive(Clone, Copy)]
-enum Arity {
+enum Syntax {
+    /// One argument, written as `show` prints it.
     One,
-    OneOrMore,
+    /// One size, which `show` prints in bytes and the file gets in
+    /// Redis's units where they are exact (`64mb`).
+    Size,
+    /// One or more arguments: the words `show` prints (`bind`).
+    Words,
+    /// `normal <hard> <soft> <soft-seconds>`, the sizes in Redis's units.
+    OutputLimit,
 }
 
-impl Arity {
+impl Syntax {
+    fn takes_words(self) -> bool {
+        matches!(self, Syntax::Words | Syntax::OutputLimit)
+    }
+
     fn check(self, name: &'static str, given: usize) -> Result<(), DirectiveError> {
-        let (fits, expected) = match self {
-            Arity::One => (given == 1, "1"),
-            Arity::OneOrMore => (given >= 1, "at least 1"),
+        let (fits, expected) = if self.takes_words() {
+            (given >= 1, "at least 1")
+        } else {
+            (given == 1, "1")
         };
         if fits {
             Ok(())
@@ -42,9 +55,10 @@ impl Arity {
     }
 
     fn range(self) -> ValueRange {
-        match self {
-            Arity::One => ValueRange::new(1),
-            Arity::OneOrMore => ValueRange::new(1..),
+        if self.takes_words() {
+            ValueRange::new(1..)
+        } else {
+            ValueRange::new(1)
         }
     }
 }
@@ -81,7 +95,7 @@ pub(super) struct Directive {
     /// Shown in `--help` as `--name <VALUE_NAME>`.
     value_name: &'static str,
     pub(super) help: &'static str,
-    arity: Arity,
+    syntax: Syntax,
     /// `MUTABLE` or `IMMUTABLE`, and `SENSITIVE` for a secret.
     flags: u8,
     /// Validates the arguments (already counted) and stores them.
@@ -97,7 +111,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &["6479"],
         value_name: "PORT",
         help: "TCP port to listen on; 0 picks a free one",
-        arity: Arity::One,
+        syntax: Syntax::One,
         flags: IMMUTABLE,
         set: set_port,
         show: |c| c.port.to_string(),
@@ -107,7 +121,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &["127.0.0.1"],
         value_name: "ADDRESS",
         help: "IPv4 or IPv6 addresses to listen on",
-        arity: Arity::OneOrMore,
+        syntax: Syntax::Words,
         flags: IMMUTABLE,
         set: set_bind,
         show: show_bind,
@@ -117,7 +131,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &["0"],
         value_name: "PORT",
         help: "Port of the Prometheus endpoint (GET /metrics) on every bind address; 0 turns it off",
-        arity: Arity::One,
+        syntax: Syntax::One,
         flags: IMMUTABLE,
         set: set_metrics_port,
         show: |c| c.metrics_port.to_string(),
@@ -127,7 +141,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &["./data"],
         value_name: "PATH",
         help: "Data directory, relative to the working directory",
-        arity: Arity::One,
+        syntax: Syntax::One,
         flags: IMMUTABLE,
         set: set_dir,
         show: |c| c.dir.display().to_string(),
@@ -137,7 +151,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &["10"],
         value_name: "SECONDS",
         help: "Default lease TTL in seconds (a finite number > 0)",
-        arity: Arity::One,
+        syntax: Syntax::One,
         flags: MUTABLE,
         set: set_lease_ttl,
         show: |c| c.lease_ttl.to_string(),
@@ -147,7 +161,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &["3600"],
         value_name: "SECONDS",
         help: "How long an expired, untaken lease stays releasable before it is reclaimed; 0 keeps it forever",
-        arity: Arity::One,
+        syntax: Syntax::One,
         flags: MUTABLE,
         set: set_lease_retention,
         show: |c| c.lease_retention.to_string(),
@@ -157,7 +171,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &["60"],
         value_name: "SECONDS",
         help: "An explicit `now` more than this many seconds ahead of the server's wall clock is refused; 0 = no bound",
-        arity: Arity::One,
+        syntax: Syntax::One,
         flags: MUTABLE,
         set: set_lease_max_skew,
         show: |c| c.lease_max_skew.to_string(),
@@ -167,7 +181,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &["notice"],
         value_name: "LEVEL",
         help: "Log verbosity: debug, verbose, notice, warning or nothing",
-        arity: Arity::One,
+        syntax: Syntax::One,
         flags: MUTABLE,
         set: set_loglevel,
         show: |c| c.loglevel.as_str().to_owned(),
@@ -177,7 +191,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &["text"],
         value_name: "text|json",
         help: "Log lines as human-readable text or as one JSON object per line",
-        arity: Arity::One,
+        syntax: Syntax::One,
         flags: IMMUTABLE,
         set: set_logformat,
         show: |c| c.logformat.as_str().to_owned(),
@@ -187,7 +201,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &[""],
         value_name: "PATH",
         help: "Append log lines to this file instead of standard output (empty: standard output)",
-        arity: Arity::One,
+        syntax: Syntax::One,
         flags: IMMUTABLE,
         set: |c, args| set_path(&mut c.logfile, &args[0]),
         show: |c| show_path(&c.logfile),
@@ -197,7 +211,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &["yes"],
         value_name: "yes|no",
         help: "Log every change to the append-only log, so leases survive restarts",
-        arity: Arity::One,
+        syntax: Syntax::One,
         flags: IMMUTABLE,
         set: |c, args| set_yes_no(&mut c.appendonly, &args[0]),
         show: |c| yes_no(c.appendonly),
@@ -207,7 +221,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &["leased.aof"],
         value_name: "NAME",
         help: "File name of the append-only log, inside dir",
-        arity: Arity::One,
+        syntax: Syntax::One,
         flags: IMMUTABLE,
         set: set_appendfilename,
         show: |c| c.appendfilename.clone(),
@@ -217,7 +231,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &["everysec"],
         value_name: "always|everysec|no",
         help: "When the log is fsynced: before each reply, once a second, or when the OS decides",
-        arity: Arity::One,
+        syntax: Syntax::One,
         flags: MUTABLE,
         set: set_appendfsync,
         show: |c| c.appendfsync.as_str().to_owned(),
@@ -227,7 +241,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &["100"],
         value_name: "PERCENT",
         help: "Rewrite the log once it has grown by this much since the last rewrite; 0 disables",
-        arity: Arity::One,
+        syntax: Syntax::One,
         flags: MUTABLE,
         set: set_rewrite_percentage,
         show: |c| c.auto_aof_rewrite_percentage.to_string(),
@@ -237,7 +251,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &["64mb"],
         value_name: "SIZE",
         help: "Never rewrite the log automatically below this size (e.g. 64mb, 1gb)",
-        arity: Arity::One,
+        syntax: Syntax::Size,
         flags: MUTABLE,
         set: set_rewrite_min_size,
         show: |c| c.auto_aof_rewrite_min_size.to_string(),
@@ -247,7 +261,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &["no"],
         value_name: "yes|no",
         help: "On a corrupt log, start with the records before the damage instead of refusing",
-        arity: Arity::One,
+        syntax: Syntax::One,
         flags: MUTABLE,
         set: |c, args| set_yes_no(&mut c.aof_load_good_prefix, &args[0]),
         show: |c| yes_no(c.aof_load_good_prefix),
@@ -257,7 +271,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &["1"],
         value_name: "N",
         help: "Threads serving connections and the core (1 to 128); 1 runs everything on one thread",
-        arity: Arity::One,
+        syntax: Syntax::One,
         flags: IMMUTABLE,
         set: set_io_threads,
         show: |c| c.io_threads.to_string(),
@@ -267,7 +281,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &["10000"],
         value_name: "N",
         help: "Clients connected at once; more are told so and disconnected",
-        arity: Arity::One,
+        syntax: Syntax::One,
         flags: MUTABLE,
         set: set_maxclients,
         show: |c| c.maxclients.to_string(),
@@ -277,7 +291,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &[""],
         value_name: "PASSWORD",
         help: "Password clients must give with AUTH or HELLO ... AUTH (empty: none)",
-        arity: Arity::One,
+        syntax: Syntax::One,
         flags: MUTABLE | SENSITIVE,
         set: |c, args| {
             c.requirepass = args[0].clone();
@@ -290,7 +304,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &["yes"],
         value_name: "yes|no",
         help: "Refuse to listen on a non-loopback address without requirepass",
-        arity: Arity::One,
+        syntax: Syntax::One,
         flags: MUTABLE,
         set: |c, args| set_yes_no(&mut c.protected_mode, &args[0]),
         show: |c| yes_no(c.protected_mode),
@@ -300,7 +314,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &["0"],
         value_name: "SECONDS",
         help: "Close a client after this many seconds without a request; 0 never does",
-        arity: Arity::One,
+        syntax: Syntax::One,
         flags: MUTABLE,
         set: set_timeout,
         show: |c| c.timeout.to_string(),
@@ -310,7 +324,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &["10000"],
         value_name: "MICROSECONDS",
         help: "Log commands that run at least this long in SLOWLOG; 0 logs every command, a negative value none",
-        arity: Arity::One,
+        syntax: Syntax::One,
         flags: MUTABLE,
         set: |c, args| {
             c.slowlog_log_slower_than = expect(
@@ -326,7 +340,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &["128"],
         value_name: "N",
         help: "The most entries SLOWLOG keeps; the oldest go first",
-        arity: Arity::One,
+        syntax: Syntax::One,
         flags: MUTABLE,
         set: |c, args| {
             c.slowlog_max_len =
@@ -340,7 +354,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &["512mb"],
         value_name: "SIZE",
         help: "The longest argument a client may send (at least 1mb)",
-        arity: Arity::One,
+        syntax: Syntax::Size,
         flags: MUTABLE,
         set: |c, args| set_size(&mut c.proto_max_bulk_len, &args[0]),
         show: |c| c.proto_max_bulk_len.to_string(),
@@ -350,7 +364,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &["1gb"],
         value_name: "SIZE",
         help: "The most bytes of unfinished requests a client may send before it is closed (at least 1mb)",
-        arity: Arity::One,
+        syntax: Syntax::Size,
         flags: MUTABLE,
         set: |c, args| set_size(&mut c.client_query_buffer_limit, &args[0]),
         show: |c| c.client_query_buffer_limit.to_string(),
@@ -360,7 +374,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &["normal", "512mb", "128mb", "60"],
         value_name: "normal HARD SOFT SECONDS",
         help: "Disconnect a client whose unread replies pass HARD bytes, or stay above SOFT for SECONDS; 0 turns a limit off",
-        arity: Arity::OneOrMore,
+        syntax: Syntax::OutputLimit,
         flags: MUTABLE,
         set: set_output_limit,
         show: show_output_limit,
@@ -370,7 +384,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &["1024"],
         value_name: "BYTES",
         help: "The longest run or worker id a lease command accepts (at least 1024)",
-        arity: Arity::One,
+        syntax: Syntax::One,
         flags: MUTABLE,
         set: set_lease_max_id_len,
         show: |c| c.lease_max_id_len.to_string(),
@@ -380,7 +394,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &["0"],
         value_name: "PORT",
         help: "TLS port to listen on as well, on every bind address; 0 turns TLS off",
-        arity: Arity::One,
+        syntax: Syntax::One,
         flags: IMMUTABLE,
         set: set_tls_port,
         show: |c| c.tls_port.to_string(),
@@ -390,7 +404,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &[""],
         value_name: "PATH",
         help: "The server's certificate chain (PEM), needed with tls-port",
-        arity: Arity::One,
+        syntax: Syntax::One,
         flags: IMMUTABLE,
         set: |c, args| set_path(&mut c.tls_cert_file, &args[0]),
         show: |c| show_path(&c.tls_cert_file),
@@ -400,7 +414,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &[""],
         value_name: "PATH",
         help: "The private key of tls-cert-file (PEM, unencrypted), needed with tls-port",
-        arity: Arity::One,
+        syntax: Syntax::One,
         flags: IMMUTABLE,
         set: |c, args| set_path(&mut c.tls_key_file, &args[0]),
         show: |c| show_path(&c.tls_key_file),
@@ -410,7 +424,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &[""],
         value_name: "PATH",
         help: "CA certificates (PEM) that sign client certificates, needed unless tls-auth-clients is no",
-        arity: Arity::One,
+        syntax: Syntax::One,
         flags: IMMUTABLE,
         set: |c, args| set_path(&mut c.tls_ca_cert_file, &args[0]),
         show: |c| show_path(&c.tls_ca_cert_file),
@@ -420,7 +434,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         default: &["yes"],
         value_name: "yes|no|optional",
         help: "TLS clients need a certificate signed by tls-ca-cert-file (yes), may present one (optional), or are not asked (no)",
-        arity: Arity::One,
+        syntax: Syntax::One,
         flags: IMMUTABLE,
         set: set_tls_auth_clients,
         show: |c| c.tls_auth_clients.as_str().to_owned(),
@@ -679,6 +693,25 @@ pub(super) fn utf8_args(args: Vec<Vec<u8>>) -> Result<Vec<String>, DirectiveErro
         .collect()
 }
 
+/// The inverse of `parse_memory`, as Redis writes sizes back: in the
+/// largest of `gb`, `mb` and `kb` that divides them, else in bytes. A size
+/// past `i64::MAX` cannot be read back in bytes; `parse_memory` only makes
+/// one with a unit, so one of `g`, `m` and `k` divides it if no power of
+/// 1024 does.
+pub(super) fn format_memory(bytes: u64) -> String {
+    const BINARY: [(u64, &str); 3] = [(1 << 30, "gb"), (1 << 20, "mb"), (1 << 10, "kb")];
+    const DECIMAL: [(u64, &str); 3] = [(1_000_000_000, "g"), (1_000_000, "m"), (1000, "k")];
+    let huge = i64::try_from(bytes).is_err();
+    BINARY
+        .iter()
+        .chain(DECIMAL.iter().filter(|_| huge))
+        .find(|(unit, _)| bytes != 0 && bytes.is_multiple_of(*unit))
+        .map_or_else(
+            || bytes.to_string(),
+            |(unit, name)| format!("{}{name}", bytes / unit),
+        )
+}
+
 pub(super) fn lookup(name: &str) -> Option<&'static Directive> {
     DIRECTIVES
         .iter()
@@ -697,13 +730,36 @@ impl Directive {
     /// Whether the directive takes several arguments (`bind 127.0.0.1 ::1`),
     /// which `CONFIG SET` receives as the words of one value.
     pub(super) fn takes_words(&self) -> bool {
-        matches!(self.arity, Arity::OneOrMore)
+        self.syntax.takes_words()
+    }
+
+    /// The running value as arguments of a file line, unquoted: what the
+    /// setter must be given to store the same value again.
+    pub(super) fn file_args(&self, config: &Config) -> Vec<String> {
+        let shown = (self.show)(config);
+        match self.syntax {
+            Syntax::One => vec![shown],
+            Syntax::Size => match shown.parse() {
+                Ok(bytes) => vec![format_memory(bytes)],
+                Err(_) => vec![shown],
+            },
+            Syntax::Words => shown.split(' ').map(str::to_owned).collect(),
+            Syntax::OutputLimit => {
+                let limit = config.client_output_buffer_limit;
+                vec![
+                    "normal".to_owned(),
+                    format_memory(limit.hard),
+                    format_memory(limit.soft),
+                    limit.soft_seconds.to_string(),
+                ]
+            }
+        }
     }
 
     /// Checks and stores the directive's arguments: the one way every
     /// source of configuration sets a value.
     pub(super) fn apply(&self, config: &mut Config, args: &[String]) -> Result<(), DirectiveError> {
-        self.arity.check(self.name, args.len())?;
+        self.syntax.check(self.name, args.len())?;
         (self.set)(config, args).map_err(|refusal| match refusal {
             Refusal::Expected(expected) => DirectiveError::Invalid {
                 name: self.name,
@@ -717,7 +773,7 @@ impl Directive {
         Arg::new(self.name)
             .long(self.name)
             .value_name(self.value_name)
-            .num_args(self.arity.range())
+            .num_args(self.syntax.range())
             // So `--lease-ttl -1` reaches the validator instead of being
             // taken for an unknown flag.
             .allow_negative_numbers(true)

@@ -1,13 +1,14 @@
 //! Configuration: the directive table, the redis.conf-style file and the
-//! `--directive value` overrides, `CONFIG GET` and `CONFIG SET`.
+//! `--directive value` overrides, `CONFIG GET`, `CONFIG SET` and `CONFIG
+//! REWRITE`.
 //!
 //! One table, `DIRECTIVES`, drives all of them and `--help`, so the file,
-//! the command line and `CONFIG GET`/`SET` cannot disagree about a
+//! the command line and the `CONFIG` commands cannot disagree about a
 //! directive's name, default, syntax or whether it may change while the
 //! server runs. Adding a directive is a field and a row.
 //!
-//! Everything here is pure: `CONFIG SET` returns a new `Config` and the
-//! server decides what to do with it.
+//! Everything here but `CONFIG REWRITE`'s file is pure: `CONFIG SET`
+//! returns a new `Config` and the server decides what to do with it.
 //!
 //! The module is a leaf: it depends on nothing of the server (the number,
 //! quoting and glob helpers aside), so any part of the server may read a
@@ -17,9 +18,11 @@
 //! - `directives`: the table, and each directive's setter and printer.
 //! - `source`: the file, the command line and `CONFIG GET`.
 //! - `set`: `CONFIG SET`, all or nothing.
+//! - `rewrite`: `CONFIG REWRITE`, the running values back into the file.
 
 mod directives;
 mod enums;
+mod rewrite;
 mod set;
 mod source;
 #[cfg(test)]
@@ -31,6 +34,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 pub use enums::{FsyncPolicy, LogFormat, LogLevel, OutputLimit, TlsAuthClients};
+pub use rewrite::RewriteError;
 pub use set::{SetError, is_sensitive};
 
 /// The server's settings, after the file and the command line.
