@@ -1,9 +1,11 @@
-//! The directive table: each directive's name, default, syntax and help,
-//! how its arguments are checked and stored, and how its value is printed.
+//! The directive table: each directive's name, default, syntax, help and
+//! whether it may change while the server runs; how its arguments are
+//! checked and stored; how its value is printed (`CONFIG GET`) and written
+//! back to the file (`CONFIG REWRITE`).
 //!
 //! Every way of setting a directive goes through its row's `set`, so a
-//! value means the same in the file, on the command line and (later) at run
-//! time, and is refused with the same message.
+//! value means the same in the file, on the command line and in `CONFIG
+//! SET`, and is refused with the same message.
 
 use std::net::IpAddr;
 use std::ops::RangeInclusive;
@@ -739,6 +741,8 @@ impl Directive {
         let shown = (self.show)(config);
         match self.syntax {
             Syntax::One => vec![shown],
+            // `show` prints a size as an integer; were it ever not one, its
+            // text would still be what the setter reads.
             Syntax::Size => match shown.parse() {
                 Ok(bytes) => vec![format_memory(bytes)],
                 Err(_) => vec![shown],
