@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use leased::command::{self, Command, LeaseCommand};
-use leased::core::lease_reply;
+use leased::command::{self, Command};
 use leased::registry::Lease;
+use leased::registry::Op;
 use leased::reply::{Protocol, Reply};
 use leased::request::{Limits, RequestDecoder};
 
@@ -95,9 +95,7 @@ fn parse_benches(c: &mut Criterion) {
                 let parsed = command::parse(&request);
                 assert!(matches!(
                     parsed,
-                    Ok(Command::Lease(
-                        LeaseCommand::Acquire { .. } | LeaseCommand::Heartbeat { .. }
-                    ))
+                    Ok(Command::Lease(Op::Acquire { .. } | Op::Heartbeat { .. }))
                 ));
                 parsed
             })
@@ -121,7 +119,7 @@ fn encode_benches(c: &mut Criterion) {
         expires_at: 1_764_748_810.251_234_5,
     };
     let replies = [
-        ("acquire_lease", lease_reply(lease.clone(), None)),
+        ("acquire_lease", Reply::lease(lease.clone(), None)),
         ("int", Reply::Int(1)),
         ("ok", Reply::OK),
         ("null", Reply::Null),
@@ -141,7 +139,7 @@ fn encode_benches(c: &mut Criterion) {
     // Building that reply from the registry's lease (the lease id is
     // formatted here), which the core does before the connection encodes.
     group.bench_function("acquire_lease/build", |b| {
-        b.iter(|| lease_reply(black_box(lease.clone()), None))
+        b.iter(|| Reply::lease(black_box(lease.clone()), None))
     });
     group.finish();
 }

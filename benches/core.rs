@@ -35,7 +35,7 @@ use criterion::{
     BenchmarkGroup, Criterion, criterion_group, criterion_main, measurement::WallTime,
 };
 use hashbrown::HashTable;
-use leased::registry::{MAX_TOKEN, Registry};
+use leased::registry::Registry;
 use std::hash::BuildHasher;
 
 #[global_allocator]
@@ -96,7 +96,7 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> Fixture {
-        let mut registry = Registry::new(TTL, 0, MAX_TOKEN);
+        let mut registry = Registry::new(TTL, 0);
         registry.set_retention(RETENTION);
         registry.set_recording(true);
         let mut tokens = Vec::with_capacity(LEASES);

@@ -14,7 +14,7 @@
 
 use std::time::{Duration, Instant};
 
-use leased::registry::{MAX_TOKEN, Registry};
+use leased::registry::Registry;
 
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -71,7 +71,7 @@ fn main() {
             _ => panic!("usage: table_stalls [--leases N]"),
         }
     }
-    let mut registry = Registry::new(10.0, 0, MAX_TOKEN);
+    let mut registry = Registry::new(10.0, 0);
     registry.set_retention(1.0);
     registry.set_recording(true);
 

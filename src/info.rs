@@ -14,19 +14,16 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 
-use crate::aof::LogStatus;
-use crate::core::CommandStats;
-use crate::registry::Registry;
+use crate::core::{CommandStats, CoreReport};
 use crate::reply::format_double;
-use crate::server::Shared;
-use crate::stats::{self, SAMPLE_INTERVAL};
+use crate::state::{SAMPLE_INTERVAL, Shared};
+use crate::system;
 
-/// What a section is rendered from.
+/// What a section is rendered from: the shared state, and the core's
+/// report (taken on the core, rendered here, off it).
 struct Context<'a> {
     shared: &'a Shared,
-    registry: &'a Registry,
-    commands: &'a CommandStats,
-    log: Option<&'a LogStatus>,
+    report: &'a CoreReport,
 }
 
 type Section = fn(&mut String, &Context);
@@ -50,19 +47,8 @@ const SECTIONS: &[(&str, &str, Section)] = &[
 /// or `everything` (leased has none of the sections Redis leaves out of
 /// `default`); names are case-insensitive and unknown ones ignored, as in
 /// Redis.
-pub fn render(
-    requested: &[Bytes],
-    shared: &Shared,
-    registry: &Registry,
-    commands: &CommandStats,
-    log: Option<&LogStatus>,
-) -> String {
-    let context = Context {
-        shared,
-        registry,
-        commands,
-        log,
-    };
+pub fn render(requested: &[Bytes], shared: &Shared, report: &CoreReport) -> String {
+    let context = Context { shared, report };
     let is = |name: &Bytes, word: &str| name.eq_ignore_ascii_case(word.as_bytes());
     let everything = requested.is_empty()
         || requested
@@ -89,7 +75,8 @@ fn server(out: &mut String, context: &Context) {
     let executable = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_default();
-    let config_file = (shared.config.config_file.as_ref())
+    let config = shared.config();
+    let config_file = (config.config_file.as_ref())
         .map(|p| p.display().to_string())
         .unwrap_or_default();
     let hz = Duration::from_secs(1).as_millis() / SAMPLE_INTERVAL.as_millis();
@@ -100,7 +87,7 @@ fn server(out: &mut String, context: &Context) {
     line(out, "redis_git_sha1", "00000000");
     line(out, "redis_git_dirty", 0);
     line(out, "redis_mode", "standalone");
-    line(out, "os", stats::os_name());
+    line(out, "os", system::os_name());
     line(out, "arch_bits", usize::BITS);
     line(out, "monotonic_clock", "POSIX clock_gettime");
     line(out, "multiplexing_api", multiplexing_api());
@@ -120,11 +107,7 @@ fn server(out: &mut String, context: &Context) {
     line(out, "configured_hz", hz);
     line(out, "executable", executable);
     line(out, "config_file", config_file);
-    line(
-        out,
-        "io_threads_active",
-        i32::from(shared.config.io_threads > 1),
-    );
+    line(out, "io_threads_active", i32::from(config.io_threads > 1));
 }
 
 /// The readiness API under tokio's reactor, as Redis names its own.
@@ -146,7 +129,7 @@ fn multiplexing_api() -> &'static str {
 /// `run_id` and `master_replid`: random, and fixed for the process's life.
 fn ids() -> &'static (String, String) {
     static IDS: OnceLock<(String, String)> = OnceLock::new();
-    IDS.get_or_init(|| (stats::random_hex_id(), stats::random_hex_id()))
+    IDS.get_or_init(|| (system::random_hex_id(), system::random_hex_id()))
 }
 
 /// The client buffers, as of each client's last request: the largest
@@ -167,7 +150,7 @@ fn clients(out: &mut String, context: &Context) {
     let (input, output, _) = client_buffers(shared);
     line(out, "connected_clients", shared.clients.len());
     line(out, "cluster_connections", 0);
-    line(out, "maxclients", shared.config.maxclients);
+    line(out, "maxclients", shared.config().maxclients);
     line(out, "client_recent_max_input_buffer", input);
     line(out, "client_recent_max_output_buffer", output);
     line(out, "blocked_clients", 0);
@@ -177,13 +160,13 @@ fn clients(out: &mut String, context: &Context) {
 
 fn memory(out: &mut String, context: &Context) {
     let memory = context.shared.stats.memory();
-    let stats::AllocatorStats {
+    let system::AllocatorStats {
         allocated,
         active,
         resident,
     } = memory.allocator;
     let (rss, peak) = (memory.rss, memory.peak);
-    let system = stats::total_system_memory();
+    let system = system::total_system_memory();
     let (_, _, clients) = client_buffers(context.shared);
     line(out, "used_memory", allocated);
     line(out, "used_memory_human", human_bytes(allocated));
@@ -215,7 +198,7 @@ fn memory(out: &mut String, context: &Context) {
     line(out, "mem_replication_backlog", 0);
     line(out, "mem_clients_slaves", 0);
     line(out, "mem_clients_normal", clients);
-    line(out, "mem_allocator", stats::allocator_name());
+    line(out, "mem_allocator", system::allocator_name());
     line(out, "active_defrag_running", 0);
     line(out, "lazyfree_pending_objects", 0);
 }
@@ -255,7 +238,7 @@ fn persistence(out: &mut String, context: &Context) {
     line(out, "rdb_current_bgsave_time_sec", -1);
     line(out, "rdb_saves", 0);
     line(out, "rdb_last_cow_size", 0);
-    let log = context.log;
+    let log = context.report.log.as_ref();
     line(out, "aof_enabled", i32::from(log.is_some()));
     let in_progress = log.is_some_and(|log| log.rewrite_in_progress);
     line(out, "aof_rewrite_in_progress", i32::from(in_progress));
@@ -276,7 +259,7 @@ fn persistence(out: &mut String, context: &Context) {
         line(out, "aof_fsync", log.policy.as_str());
         line(out, "aof_last_fsync_status", ok(log.last_fsync_ok));
     }
-    line(out, "token_ceiling", context.registry.token_ceiling());
+    line(out, "token_ceiling", context.report.token_ceiling);
 }
 
 fn stats(out: &mut String, context: &Context) {
@@ -324,13 +307,13 @@ fn stats(out: &mut String, context: &Context) {
     line(out, "sync_partial_ok", 0);
     line(out, "sync_partial_err", 0);
     // A lease is the only key, and it leaves by being reclaimed.
-    line(out, "expired_keys", context.registry.reclaimed());
+    line(out, "expired_keys", context.report.commands.reclaimed);
     line(out, "expired_stale_perc", "0.00");
     line(out, "expired_time_cap_reached_count", 0);
     line(out, "evicted_keys", 0);
     line(out, "evicted_clients", 0);
-    line(out, "keyspace_hits", context.commands.hits);
-    line(out, "keyspace_misses", context.commands.misses);
+    line(out, "keyspace_hits", context.report.commands.hits);
+    line(out, "keyspace_misses", context.report.commands.misses);
     line(out, "pubsub_channels", 0);
     line(out, "pubsub_patterns", 0);
     line(out, "pubsubshard_channels", 0);
@@ -361,7 +344,7 @@ fn replication(out: &mut String, _: &Context) {
 }
 
 fn cpu(out: &mut String, _: &Context) {
-    let times = stats::cpu_times();
+    let times = system::cpu_times();
     let seconds = |time: Duration| format!("{}.{:06}", time.as_secs(), time.subsec_micros());
     line(out, "used_cpu_sys", seconds(times.system));
     line(out, "used_cpu_user", seconds(times.user));
@@ -376,7 +359,7 @@ fn cluster(out: &mut String, _: &Context) {
 /// One database, `db0`, whose keys are the leases; every lease expires,
 /// so `expires` is `keys`. Without leases there is no line, as in Redis.
 fn keyspace(out: &mut String, context: &Context) {
-    let leases = context.registry.len();
+    let leases = context.report.leases;
     if leases > 0 {
         line(
             out,
@@ -387,27 +370,28 @@ fn keyspace(out: &mut String, context: &Context) {
 }
 
 fn leases(out: &mut String, context: &Context) {
-    let (registry, shared) = (context.registry, context.shared);
-    let expired = registry.expired_count();
-    line(out, "leases", registry.len());
-    line(out, "leases_active", registry.len() - expired);
-    line(out, "leases_expired", expired);
-    line(out, "leases_reclaimed", registry.reclaimed());
-    line(out, "last_fencing_token", registry.last_token());
-    let time = registry.time();
+    let report = context.report;
+    line(out, "leases", report.leases);
+    line(out, "leases_active", report.leases - report.expired);
+    line(out, "leases_expired", report.expired);
+    line(out, "leases_reclaimed", report.commands.reclaimed);
+    line(out, "last_fencing_token", report.last_token);
+    let time = report.registry_time;
     let time = if time.is_finite() {
         format_double(time)
     } else {
         String::new()
     };
     line(out, "registry_time", time);
-    line(out, "lease_ttl", format_double(registry.default_ttl()));
+    line(out, "lease_ttl", format_double(report.lease_ttl));
+    let config = context.shared.config();
     line(
         out,
         "lease_retention",
-        format_double(shared.config.lease_retention),
+        format_double(config.lease_retention),
     );
-    let counts = context.commands.counts;
+    line(out, "lease_max_skew", format_double(config.lease_max_skew));
+    let counts = report.commands.counts;
     for (name, [ok, failed]) in CommandStats::NAMES.iter().zip(counts) {
         line(out, &format!("{name}_ok"), ok);
         line(out, &format!("{name}_failed"), failed);

@@ -4,7 +4,19 @@
 //! Data flows one way:
 //!
 //! ```text
-//! socket -> request (decode) -> command (parse) -> core (apply) -> reply (encode) -> socket
+//! socket -> request (decode) -> command (parse) -> core (registry apply) -> reply (encode) -> socket
+//! ```
+//!
+//! The modules form layers, each importing only those below it (a test,
+//! tests/layers.rs, checks that no import goes up or round in a circle):
+//!
+//! ```text
+//! leaves   registry, request, reply, command, config, glob, number, splitargs,
+//!          ceiling, aof, slowlog, monitor, system, logging, warnings, tls
+//! state    the running configuration, client table, counters, clock
+//! core     the task that owns the registry, the log and the token ceiling
+//! views    info, metrics
+//! edges    connection, server
 //! ```
 //!
 //! - [`config`]: the directive table, the redis.conf-style file, `--directive` overrides.
@@ -15,15 +27,18 @@
 //! - [`tls`]: the TLS certificates and client-certificate policy for `tls-port`.
 //! - [`request`]: strict decoding of RESP and inline requests, with limits.
 //! - [`command`]: the command table and typed commands parsed from arguments.
+//! - [`state`]: what connections, the core and the views share: the running
+//!   configuration, the client table, counters, the clock.
 //! - [`core`]: the one task that owns the registry and answers lease commands.
-//! - [`registry`]: the pure lease state machine; `now` is passed in.
+//! - [`registry`]: the pure lease state machine; its one deterministic
+//!   `apply(op, clock)`.
 //! - [`ceiling`]: the durable fencing-token ceiling and the data-directory lock.
 //! - [`reply`]: reply values and their RESP2/RESP3 encoding.
 //! - [`info`]: the `INFO` text.
 //! - [`monitor`]: the feed of commands to `MONITOR` clients.
 //! - [`slowlog`]: the `SLOWLOG` of commands that ran long.
-//! - [`stats`]: what the server measures about itself: counters, rates, memory, CPU.
-//! - [`metrics`]: the Prometheus endpoint (`metrics-port`), fed by `INFO`.
+//! - [`system`]: the process's memory and CPU, the kernel, the open-files limit.
+//! - [`metrics`]: the Prometheus endpoint (`metrics-port`), from the core's report.
 //! - [`number`]: numbers in arguments, parsed as Redis parses them.
 //! - [`splitargs`]: Redis's quoted-argument splitting, for inline requests and the config file.
 //! - [`glob`]: Redis's glob patterns, for `CONFIG GET`.
@@ -46,6 +61,7 @@ pub mod request;
 pub mod server;
 pub mod slowlog;
 pub mod splitargs;
-pub mod stats;
+pub mod state;
+pub mod system;
 pub mod tls;
 pub mod warnings;

@@ -5,38 +5,83 @@
 //! so a log shipper finds the message at the top level, as it finds the
 //! text of a plain line. The message text is the same in both formats.
 
+use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use tracing::level_filters::LevelFilter;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{Registry, reload};
 
 use crate::config::{Config, LogFormat, LogLevel};
+
+/// The handle that changes the installed subscriber's level (`CONFIG SET
+/// loglevel`): set once [`init`] has installed it; a server started
+/// without it (in a test) has nothing to change.
+static LEVEL: OnceLock<reload::Handle<LevelFilter, Registry>> = OnceLock::new();
+
+/// `logfile` could not be opened for appending.
+#[derive(Debug)]
+pub struct LogFileError {
+    pub path: PathBuf,
+    pub error: io::Error,
+}
+
+impl fmt::Display for LogFileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "can't open the log file '{}' (logfile): {}",
+            self.path.display(),
+            self.error
+        )
+    }
+}
+
+impl std::error::Error for LogFileError {}
 
 /// Installs the global subscriber for `config`'s `loglevel`, `logformat`
 /// and `logfile`. Fails, naming the file, if `logfile` cannot be opened
 /// for appending.
-pub fn init(config: &Config) -> Result<(), String> {
+pub fn init(config: &Config) -> Result<(), LogFileError> {
     let (writer, terminal) = match &config.logfile {
         None => (BoxMakeWriter::new(io::stdout), io::stdout().is_terminal()),
         Some(path) => (BoxMakeWriter::new(LogFile::check(path)?), false),
     };
-    let builder = tracing_subscriber::fmt()
-        .with_max_level(level_filter(config.loglevel))
+    // The level filter sits right on the registry, under the format, so
+    // one handle type reloads it whichever the format.
+    let (level, handle) = reload::Layer::new(level_filter(config.loglevel));
+    let lines = tracing_subscriber::fmt::layer()
         .with_target(false)
         .with_writer(writer);
+    let subscriber = tracing_subscriber::registry().with(level);
     match config.logformat {
-        LogFormat::Text => builder.with_ansi(terminal).init(),
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .with_span_list(false)
+        LogFormat::Text => subscriber.with(lines.with_ansi(terminal)).init(),
+        LogFormat::Json => subscriber
+            .with(
+                lines
+                    .json()
+                    .flatten_event(true)
+                    .with_current_span(false)
+                    .with_span_list(false),
+            )
             .init(),
     }
+    let _ = LEVEL.set(handle);
     Ok(())
+}
+
+/// Makes `level` the log level from now on.
+pub fn set_level(level: LogLevel) {
+    if let Some(handle) = LEVEL.get() {
+        // Fails only once the subscriber is gone, at exit.
+        let _ = handle.reload(level_filter(level));
+    }
 }
 
 /// Redis's levels onto tracing's: `notice`, the production level, is
@@ -58,13 +103,11 @@ struct LogFile(PathBuf);
 
 impl LogFile {
     /// A log file that can be opened now.
-    fn check(path: &Path) -> Result<LogFile, String> {
+    fn check(path: &Path) -> Result<LogFile, LogFileError> {
         let file = LogFile(path.to_path_buf());
-        file.open().map_err(|e| {
-            format!(
-                "can't open the log file '{}' (logfile): {e}",
-                path.display()
-            )
+        file.open().map_err(|error| LogFileError {
+            path: path.to_path_buf(),
+            error,
         })?;
         Ok(file)
     }
@@ -128,7 +171,7 @@ mod tests {
     fn a_file_that_cannot_be_opened_is_refused_by_name() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("missing-dir/leased.log");
-        let Err(message) = LogFile::check(&path) else {
+        let Err(message) = LogFile::check(&path).map_err(|e| e.to_string()) else {
             panic!("a log file in a missing directory was accepted");
         };
         assert!(

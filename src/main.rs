@@ -6,8 +6,10 @@ use std::process::ExitCode;
 
 use leased::ceiling::DataDir;
 use leased::config::{Config, ConfigError};
+use leased::state::Clock;
 use leased::warnings::risky_settings;
-use leased::{logging, server};
+use leased::{logging, server, system};
+use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info, warn};
 
 fn main() -> ExitCode {
@@ -52,7 +54,7 @@ fn runtime_builder(io_threads: usize) -> tokio::runtime::Builder {
     builder
 }
 
-async fn start(config: Config) -> Result<(), String> {
+async fn start(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     info!(
         "leased {} starting (pid {}, config file: {})",
         env!("CARGO_PKG_VERSION"),
@@ -62,8 +64,8 @@ async fn start(config: Config) -> Result<(), String> {
             .as_deref()
             .map_or("none".into(), absolute),
     );
-    raise_open_files_limit(config.maxclients);
-    let data_dir = DataDir::open(&config.dir).map_err(|e| e.to_string())?;
+    system::raise_open_files_limit(config.maxclients);
+    let data_dir = DataDir::open(&config.dir)?;
     info!(
         "Data directory: {}; persistence: {}",
         absolute(&config.dir),
@@ -72,31 +74,21 @@ async fn start(config: Config) -> Result<(), String> {
     for warning in risky_settings(&config) {
         warn!("{warning}");
     }
+    // Registered before the server says it is ready, so a signal sent right
+    // after start-up shuts it down cleanly instead of killing it.
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let signalled = async move {
+        tokio::select! {
+            _ = term.recv() => info!("Received SIGTERM scheduling shutdown..."),
+            _ = int.recv() => info!("Received SIGINT scheduling shutdown..."),
+        }
+    };
     // The ports come last, in "Ready to accept connections on ...", once
     // they are bound (with the real port for `--port 0`).
     let listeners = server::bind(&config).await?;
-    server::run(config, listeners, data_dir, std::future::pending()).await
-}
-
-/// Descriptors kept beyond one per client: listeners, the log, the data
-/// directory's files, as Redis reserves 32.
-const RESERVED_FDS: u64 = 32;
-
-/// Raises the soft open-files limit so that `maxclients` clients fit, as
-/// far as the hard limit allows, as Redis does at start-up; a default soft
-/// limit of 1024 would otherwise refuse connections long before it.
-fn raise_open_files_limit(maxclients: usize) {
-    let wanted = (maxclients as u64).saturating_add(RESERVED_FDS);
-    match rlimit::increase_nofile_limit(wanted) {
-        Ok(got) if got < wanted => warn!(
-            "The open files limit ({got}) is too low for maxclients {maxclients}: at most \
-             about {} clients can connect. Raise it with 'ulimit -n' (or LimitNOFILE= in \
-             systemd), or lower maxclients.",
-            got.saturating_sub(RESERVED_FDS)
-        ),
-        Ok(_) => {}
-        Err(error) => warn!("Cannot read or raise the open files limit: {error}"),
-    }
+    server::run(config, listeners, data_dir, Clock::System, signalled).await?;
+    Ok(())
 }
 
 /// The persistence mode, in the directives' own words (the log's path

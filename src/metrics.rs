@@ -4,18 +4,19 @@
 //! for it. Any other path is a 404.
 //!
 //! The figures are pulled at scrape time: the endpoint asks the core for
-//! `INFO`, as a client would, and turns its fields into metrics, so the
-//! request path pays nothing for the endpoint and the two never disagree.
+//! the report INFO renders too, and reads the server's own figures beside
+//! it, so the request path pays nothing for the endpoint and the two never
+//! disagree. Every metric reads a typed value, never INFO's text.
 //! prometheus-client encodes the metrics; hyper speaks HTTP/1.1.
 //!
 //! It listens on the `bind` addresses, so protected mode covers it as it
 //! covers the RESP port; `requirepass` does not. The figures carry no lease,
 //! run or worker id.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -38,11 +39,10 @@ use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
-use crate::command::LeaseCommand;
-use crate::core::{CommandStats, CoreHandle};
-use crate::reply::Reply;
-use crate::server::Shared;
-use Kind::{Counter, Gauge, Status};
+use crate::core::{CommandStats, CoreHandle, CoreReport};
+use crate::state::Shared;
+use crate::system::{self, CpuTimes, Memory};
+use Kind::{Counter, Gauge};
 
 /// Scrapers connected at once; a connection past this is closed at once.
 const MAX_CONNECTIONS: usize = 64;
@@ -93,8 +93,9 @@ pub async fn serve(
 
 /// One scraper's connection; at shutdown, a scrape under way gets
 /// [`SHUTDOWN_GRACE`] to finish.
-async fn serve_connection(stream: TcpStream, shared: &Shared, core: CoreHandle) {
-    let service = service_fn(move |request| respond(request, core.clone()));
+async fn serve_connection(stream: TcpStream, shared: &Arc<Shared>, core: CoreHandle) {
+    let service_shared = shared.clone();
+    let service = service_fn(move |request| respond(request, service_shared.clone(), core.clone()));
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -119,6 +120,7 @@ async fn serve_connection(stream: TcpStream, shared: &Shared, core: CoreHandle) 
 
 async fn respond(
     request: Request<Incoming>,
+    shared: Arc<Shared>,
     core: CoreHandle,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     if request.uri().path() != "/metrics" {
@@ -130,12 +132,12 @@ async fn respond(
         response.headers_mut().insert(ALLOW, allowed);
         return Ok(response);
     }
-    let Some(info) = scrape(&core).await else {
+    let Some(figures) = scrape(&shared, &core).await else {
         let status = StatusCode::SERVICE_UNAVAILABLE;
         return Ok(plain(status, "The server is shutting down\n"));
     };
     let openmetrics = wants_openmetrics(request.headers());
-    let Ok(body) = encode(info, openmetrics) else {
+    let Ok(body) = encode(figures, openmetrics) else {
         let status = StatusCode::INTERNAL_SERVER_ERROR;
         return Ok(plain(status, "The metrics could not be encoded\n"));
     };
@@ -173,22 +175,25 @@ fn wants_openmetrics(headers: &HeaderMap) -> bool {
         .any(|value| value.contains("application/openmetrics-text"))
 }
 
-/// INFO's fields, from the core; `None` once it has stopped.
-async fn scrape(core: &CoreHandle) -> Option<Scrape> {
-    let info = LeaseCommand::Info {
-        sections: Vec::new(),
-    };
-    let text = match core.call(vec![info]).await.replies.pop() {
-        Some(Reply::Verbatim(text)) => text,
-        _ => return None,
-    };
-    let text = String::from_utf8_lossy(&text);
-    let fields = (text.lines())
-        .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| line.split_once(':'))
-        .map(|(name, value)| (name.to_owned(), value.to_owned()))
-        .collect();
-    Some(Scrape { fields })
+/// The figures of one scrape: the core's report and the server's own,
+/// read now.
+async fn scrape(shared: &Shared, core: &CoreHandle) -> Option<Scrape> {
+    let report = core.report().await?;
+    let count = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+    let stats = &shared.stats;
+    Some(Scrape {
+        report: *report,
+        uptime: shared.started.elapsed().as_secs(),
+        connected_clients: shared.clients.len() as u64,
+        maxclients: shared.config().maxclients as u64,
+        memory: stats.memory(),
+        cpu: system::cpu_times(),
+        connections_received: count(&stats.total_connections_received),
+        commands_processed: count(&stats.total_commands_processed),
+        net_input: count(&stats.net_input_bytes),
+        net_output: count(&stats.net_output_bytes),
+        rejected_connections: count(&stats.rejected_connections),
+    })
 }
 
 fn encode(scrape: Scrape, openmetrics: bool) -> Result<String, fmt::Error> {
@@ -203,254 +208,276 @@ fn encode(scrape: Scrape, openmetrics: bool) -> Result<String, fmt::Error> {
     Ok(out)
 }
 
-/// How an INFO field becomes a metric's value.
+/// What kind of metric, and so how Prometheus treats it.
 #[derive(Clone, Copy)]
 enum Kind {
     Gauge,
     Counter,
-    /// `ok` or `err`, as 1 or 0.
-    Status,
 }
 
-/// A metric read from one INFO field. The encoder appends the unit and,
-/// for a counter, `_total` to the name.
-struct FieldMetric {
-    field: &'static str,
+/// A metric with a single value. The encoder appends the unit and, for a
+/// counter, `_total` to the name.
+struct Metric {
     name: &'static str,
     kind: Kind,
     /// `bytes`, `seconds`, or empty.
     unit: &'static str,
     help: &'static str,
+    /// Its value in a scrape; `None` leaves the metric out.
+    value: fn(&Scrape) -> Option<Number>,
 }
 
 const fn metric(
-    field: &'static str,
     name: &'static str,
     kind: Kind,
     unit: &'static str,
     help: &'static str,
-) -> FieldMetric {
-    FieldMetric {
-        field,
+    value: fn(&Scrape) -> Option<Number>,
+) -> Metric {
+    Metric {
         name,
         kind,
         unit,
         help,
+        value,
     }
 }
 
-/// Every metric taken from a single INFO field, in INFO's order. Fields
-/// INFO leaves out (the log's, with `appendonly no`; registry time before
-/// any) give no metric.
-static FIELD_METRICS: &[FieldMetric] = &[
+fn int(value: u64) -> Option<Number> {
+    Some(Number::Integer(value))
+}
+
+fn flag(value: bool) -> Option<Number> {
+    int(u64::from(value))
+}
+
+fn seconds(time: Duration) -> Option<Number> {
+    Some(Number::Float(time.as_secs_f64()))
+}
+
+/// Every metric with a single value. Figures the server does not have
+/// (the log's, with `appendonly no`; registry time before any) give none.
+static METRICS: &[Metric] = &[
     metric(
-        "uptime_in_seconds",
         "leased_uptime",
         Gauge,
         "seconds",
         "Time since the server started",
+        |s| int(s.uptime),
     ),
     metric(
-        "connected_clients",
         "leased_connected_clients",
         Gauge,
         "",
         "Clients connected, plain and TLS",
+        |s| int(s.connected_clients),
     ),
     metric(
-        "maxclients",
         "leased_max_clients",
         Gauge,
         "",
         "Clients that may connect at once (maxclients)",
+        |s| int(s.maxclients),
     ),
     metric(
-        "used_memory",
         "leased_memory_used",
         Gauge,
         "bytes",
         "Memory allocated by the server, according to its allocator",
+        |s| int(s.memory.allocator.allocated),
     ),
     metric(
-        "used_memory_rss",
         "leased_memory_rss",
         Gauge,
         "bytes",
         "Resident set size of the server's process",
+        |s| int(s.memory.rss),
     ),
     metric(
-        "used_memory_peak",
         "leased_memory_peak",
         Gauge,
         "bytes",
         "The most memory allocated at once since the start",
+        |s| int(s.memory.peak),
     ),
     metric(
-        "aof_enabled",
         "leased_aof_enabled",
         Gauge,
         "",
         "1 if changes go to the append-only log (appendonly yes)",
+        |s| flag(s.report.log.is_some()),
     ),
     metric(
-        "aof_rewrite_in_progress",
         "leased_aof_rewrite_in_progress",
         Gauge,
         "",
         "1 while the append-only log is being rewritten",
+        |s| {
+            flag(
+                s.report
+                    .log
+                    .as_ref()
+                    .is_some_and(|log| log.rewrite_in_progress),
+            )
+        },
     ),
     metric(
-        "aof_last_bgrewrite_status",
         "leased_aof_last_rewrite_ok",
-        Status,
+        Gauge,
         "",
         "1 if the last rewrite of the append-only log succeeded (or none was tried), 0 if it failed",
+        |s| flag(s.report.log.as_ref().is_none_or(|log| log.last_rewrite_ok)),
     ),
     metric(
-        "aof_rewrites",
         "leased_aof_rewrites",
         Counter,
         "",
         "Rewrites of the append-only log completed since the start",
+        |s| int(s.report.log.as_ref().map_or(0, |log| log.rewrites)),
     ),
     metric(
-        "aof_last_write_status",
         "leased_aof_last_write_ok",
-        Status,
+        Gauge,
         "",
         "1 if the last write to the append-only log succeeded, 0 if it failed: changes are refused until one succeeds",
+        |s| flag(s.report.log.as_ref().is_none_or(|log| log.last_write_ok)),
     ),
     metric(
-        "aof_current_size",
         "leased_aof_size",
         Gauge,
         "bytes",
         "Size of the append-only log",
+        |s| int(s.report.log.as_ref()?.size),
     ),
     metric(
-        "aof_base_size",
         "leased_aof_base_size",
         Gauge,
         "bytes",
         "Size of the append-only log after the last rewrite or load",
+        |s| int(s.report.log.as_ref()?.base_size),
     ),
     metric(
-        "aof_last_fsync_status",
         "leased_aof_last_fsync_ok",
-        Status,
+        Gauge,
         "",
         "1 if the last fsync of the append-only log succeeded, 0 if it failed",
+        |s| flag(s.report.log.as_ref()?.last_fsync_ok),
     ),
     metric(
-        "token_ceiling",
         "leased_token_ceiling",
         Gauge,
         "",
         "The highest fencing token reserved on disk: tokens up to it may be issued without a disk write",
+        |s| int(s.report.token_ceiling),
     ),
     metric(
-        "total_connections_received",
         "leased_connections_received",
         Counter,
         "",
         "Client connections accepted",
+        |s| int(s.connections_received),
     ),
     metric(
-        "total_commands_processed",
         "leased_commands_processed",
         Counter,
         "",
         "Commands received from clients, including refused ones",
+        |s| int(s.commands_processed),
     ),
     metric(
-        "total_net_input_bytes",
         "leased_net_input",
         Counter,
         "bytes",
         "Bytes read from clients",
+        |s| int(s.net_input),
     ),
     metric(
-        "total_net_output_bytes",
         "leased_net_output",
         Counter,
         "bytes",
         "Bytes written to clients",
+        |s| int(s.net_output),
     ),
     metric(
-        "rejected_connections",
         "leased_rejected_connections",
         Counter,
         "",
         "Connections refused because maxclients clients were connected",
+        |s| int(s.rejected_connections),
     ),
     metric(
-        "keyspace_hits",
         "leased_keyspace_hits",
         Counter,
         "",
         "LEASE.GET, LEASE.VALIDATE and LEASE.HEARTBEAT that found the lease they named",
+        |s| int(s.report.commands.hits),
     ),
     metric(
-        "keyspace_misses",
         "leased_keyspace_misses",
         Counter,
         "",
         "LEASE.GET, LEASE.VALIDATE and LEASE.HEARTBEAT that did not find the lease they named",
+        |s| int(s.report.commands.misses),
     ),
     metric(
-        "used_cpu_sys",
         "leased_cpu_system",
         Counter,
         "seconds",
         "CPU time the server's process spent in the kernel",
+        |s| seconds(s.cpu.system),
     ),
     metric(
-        "used_cpu_user",
         "leased_cpu_user",
         Counter,
         "seconds",
         "CPU time the server's process spent in user mode",
+        |s| seconds(s.cpu.user),
     ),
     metric(
-        "leases_reclaimed",
         "leased_leases_reclaimed",
         Counter,
         "",
         "Expired leases removed once lease-retention had passed",
+        |s| int(s.report.commands.reclaimed),
     ),
     metric(
-        "last_fencing_token",
         "leased_last_fencing_token",
         Gauge,
         "",
         "The last fencing token issued (0 before the first)",
+        |s| int(s.report.last_token),
     ),
     metric(
-        "registry_time",
         "leased_registry_time",
         Gauge,
         "seconds",
         "Registry time: the latest `now` a lease command carried or the server's clock gave",
+        |s| {
+            let time = s.report.registry_time;
+            time.is_finite().then_some(Number::Float(time))
+        },
     ),
 ];
 
-/// One scrape: INFO's fields by name.
+/// One scrape's figures, typed.
 #[derive(Debug)]
 struct Scrape {
-    fields: HashMap<String, String>,
+    report: CoreReport,
+    uptime: u64,
+    connected_clients: u64,
+    maxclients: u64,
+    memory: Memory,
+    cpu: CpuTimes,
+    connections_received: u64,
+    commands_processed: u64,
+    net_input: u64,
+    net_output: u64,
+    rejected_connections: u64,
 }
 
 impl Scrape {
-    fn field(&self, name: &str) -> Option<&str> {
-        self.fields.get(name).map(String::as_str)
-    }
-
-    fn integer(&self, name: &str) -> Option<u64> {
-        self.field(name)?.parse().ok()
-    }
-
-    fn encode_field(&self, encoder: &mut DescriptorEncoder, metric: &FieldMetric) -> fmt::Result {
-        let Some(value) = self.field(metric.field) else {
+    fn encode_metric(&self, encoder: &mut DescriptorEncoder, metric: &Metric) -> fmt::Result {
+        let Some(value) = (metric.value)(self) else {
             return Ok(());
         };
         let unit = match metric.unit {
@@ -458,24 +485,20 @@ impl Scrape {
             "seconds" => Some(Unit::Seconds),
             _ => None,
         };
-        let (metric_type, value) = match metric.kind {
-            Kind::Gauge => (MetricType::Gauge, Number::parse(value)),
-            Kind::Counter => (MetricType::Counter, Number::parse(value)),
-            Kind::Status => (MetricType::Gauge, Number::status(value)),
-        };
-        let Some(value) = value else {
-            return Ok(());
+        let metric_type = match metric.kind {
+            Kind::Gauge => MetricType::Gauge,
+            Kind::Counter => MetricType::Counter,
         };
         let descriptor =
             encoder.encode_descriptor(metric.name, metric.help, unit.as_ref(), metric_type)?;
-        match (metric_type, value) {
-            (MetricType::Counter, Number::Integer(n)) => ConstCounter::new(n).encode(descriptor),
-            (MetricType::Counter, Number::Float(x)) => ConstCounter::new(x).encode(descriptor),
-            (_, Number::Integer(n)) => match i64::try_from(n) {
+        match (metric.kind, value) {
+            (Kind::Counter, Number::Integer(n)) => ConstCounter::new(n).encode(descriptor),
+            (Kind::Counter, Number::Float(x)) => ConstCounter::new(x).encode(descriptor),
+            (Kind::Gauge, Number::Integer(n)) => match i64::try_from(n) {
                 Ok(n) => ConstGauge::new(n).encode(descriptor),
                 Err(_) => ConstGauge::new(n as f64).encode(descriptor),
             },
-            (_, Number::Float(x)) => ConstGauge::new(x).encode(descriptor),
+            (Kind::Gauge, Number::Float(x)) => ConstGauge::new(x).encode(descriptor),
         }
     }
 
@@ -484,11 +507,13 @@ impl Scrape {
         let help = "Leases held: active, and expired but not yet reclaimed";
         let mut family =
             encoder.encode_descriptor("leased_leases", help, None, MetricType::Gauge)?;
-        for state in ["active", "expired"] {
-            if let Some(count) = self.integer(&format!("leases_{state}")) {
-                let labels = [("state", state)];
-                ConstGauge::new(count as i64).encode(family.encode_family(&labels)?)?;
-            }
+        let report = &self.report;
+        for (state, count) in [
+            ("active", report.leases - report.expired),
+            ("expired", report.expired),
+        ] {
+            let labels = [("state", state)];
+            ConstGauge::new(count as i64).encode(family.encode_family(&labels)?)?;
         }
         Ok(())
     }
@@ -499,12 +524,11 @@ impl Scrape {
                     (a lease, or 1), failed otherwise (null, 0 or an error)";
         let mut family =
             encoder.encode_descriptor("leased_lease_commands", help, None, MetricType::Counter)?;
-        for command in CommandStats::NAMES {
-            for result in ["ok", "failed"] {
-                if let Some(count) = self.integer(&format!("{command}_{result}")) {
-                    let labels = [("command", command), ("result", result)];
-                    ConstCounter::new(count).encode(family.encode_family(&labels)?)?;
-                }
+        let counts = self.report.commands.counts;
+        for (command, [ok, failed]) in CommandStats::NAMES.into_iter().zip(counts) {
+            for (result, count) in [("ok", ok), ("failed", failed)] {
+                let labels = [("command", command), ("result", result)];
+                ConstCounter::new(count).encode(family.encode_family(&labels)?)?;
             }
         }
         Ok(())
@@ -512,8 +536,7 @@ impl Scrape {
 
     /// `leased_info{version}`, always 1.
     fn encode_info(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
-        let version = self.field("leased_version").unwrap_or_default();
-        let info = Info::new([("version", version.to_owned())]);
+        let info = Info::new([("version", env!("CARGO_PKG_VERSION").to_owned())]);
         let help = "The server's version, as a label";
         info.encode(encoder.encode_descriptor("leased", help, None, MetricType::Info)?)
     }
@@ -524,8 +547,8 @@ impl Collector for Scrape {
         self.encode_info(&mut encoder)?;
         self.encode_leases(&mut encoder)?;
         self.encode_commands(&mut encoder)?;
-        for metric in FIELD_METRICS {
-            self.encode_field(&mut encoder, metric)?;
+        for metric in METRICS {
+            self.encode_metric(&mut encoder, metric)?;
         }
         Ok(())
     }
@@ -537,70 +560,78 @@ enum Number {
     Float(f64),
 }
 
-impl Number {
-    fn parse(value: &str) -> Option<Number> {
-        if let Ok(n) = value.parse() {
-            return Some(Number::Integer(n));
-        }
-        value
-            .parse()
-            .ok()
-            .filter(|x: &f64| x.is_finite())
-            .map(Number::Float)
-    }
-
-    fn status(value: &str) -> Option<Number> {
-        match value {
-            "ok" => Some(Number::Integer(1)),
-            "err" => Some(Number::Integer(0)),
-            _ => None,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::aof::{FsyncPolicy, LogStatus};
 
-    fn scrape(fields: &[(&str, &str)]) -> Scrape {
-        let fields = fields
-            .iter()
-            .map(|(name, value)| (name.to_string(), value.to_string()))
-            .collect();
-        Scrape { fields }
+    fn sample() -> Scrape {
+        let mut commands = CommandStats::default();
+        commands.counts[0] = [4, 2];
+        Scrape {
+            report: CoreReport {
+                leases: 4,
+                expired: 1,
+                last_token: 9,
+                token_ceiling: 100_009,
+                registry_time: f64::NEG_INFINITY,
+                lease_ttl: 10.0,
+                commands,
+                log: Some(LogStatus {
+                    policy: FsyncPolicy::EverySec,
+                    size: 100,
+                    base_size: 12,
+                    last_write_ok: false,
+                    last_fsync_ok: true,
+                    rewrite_in_progress: false,
+                    rewrites: 0,
+                    last_rewrite_ok: true,
+                    last_rewrite_secs: -1,
+                }),
+            },
+            uptime: 42,
+            connected_clients: 1,
+            maxclients: 10_000,
+            memory: Memory::default(),
+            cpu: CpuTimes {
+                user: Duration::from_millis(250),
+                ..CpuTimes::default()
+            },
+            connections_received: 3,
+            commands_processed: 7,
+            net_input: 0,
+            net_output: 0,
+            rejected_connections: 0,
+        }
     }
 
     #[test]
-    fn fields_become_metrics_in_both_formats() {
-        let sample = || {
-            scrape(&[
-                ("leased_version", "1.2.3"),
-                ("uptime_in_seconds", "42"),
-                ("used_cpu_user", "0.250000"),
-                ("aof_last_write_status", "err"),
-                ("registry_time", ""),
-                ("leases_active", "3"),
-                ("leases_expired", "1"),
-                ("acquire_ok", "4"),
-                ("acquire_failed", "2"),
-            ])
-        };
+    fn figures_become_metrics_in_both_formats() {
         let text = encode(sample(), false).unwrap();
         for expected in [
-            "# TYPE leased_info gauge\nleased_info{version=\"1.2.3\"} 1\n",
             "leased_uptime_seconds 42\n",
             "# TYPE leased_cpu_user_seconds_total counter\nleased_cpu_user_seconds_total 0.25\n",
             "leased_aof_last_write_ok 0\n",
+            "leased_aof_size_bytes 100\n",
             "leased_leases{state=\"active\"} 3\nleased_leases{state=\"expired\"} 1\n",
             "leased_lease_commands_total{command=\"acquire\",result=\"ok\"} 4\n",
             "leased_lease_commands_total{command=\"acquire\",result=\"failed\"} 2\n",
+            "leased_last_fencing_token 9\n",
         ] {
             assert!(text.contains(expected), "{expected:?} in\n{text}");
         }
-        // Absent or empty fields give no metric.
+        assert!(text.contains(&format!(
+            "leased_info{{version=\"{}\"}} 1\n",
+            env!("CARGO_PKG_VERSION")
+        )));
+        // Registry time before any `now` gives no metric.
         assert!(!text.contains("registry_time"), "{text}");
+
+        let mut memory_only = sample();
+        memory_only.report.log = None;
+        let text = encode(memory_only, false).unwrap();
         assert!(!text.contains("leased_aof_size"), "{text}");
-        assert!(!text.contains("command=\"heartbeat\""), "{text}");
+        assert!(text.contains("leased_aof_enabled 0\n"), "{text}");
 
         let openmetrics = encode(sample(), true).unwrap();
         assert!(

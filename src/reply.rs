@@ -87,6 +87,12 @@ impl Reply {
         Reply::Bulk(Bytes::from_static(text.as_bytes()))
     }
 
+    /// A lease reply (see [`Reply::lease_map`]), kept as its fields until
+    /// it is encoded.
+    pub fn lease(lease: Lease, expired: Option<bool>) -> Reply {
+        Reply::Lease(Box::new(LeaseReply { lease, expired }))
+    }
+
     pub fn is_error(&self) -> bool {
         matches!(self, Reply::Error(_))
     }

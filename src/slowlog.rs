@@ -10,15 +10,14 @@
 //! others costs a clock read each (see [`Stopwatch`]).
 
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::command;
-use crate::config::Config;
 use crate::reply::Reply;
-use crate::server::ClientEntry;
 
 /// Arguments kept per entry; the rest are summed up in the last one.
 const MAX_ARGS: usize = 32;
@@ -61,10 +60,10 @@ pub struct Stopwatch {
 }
 
 impl Stopwatch {
-    /// A running stopwatch, or `None` when the slow log is off
-    /// (`slowlog-log-slower-than` below 0).
-    pub fn start(config: &Config) -> Option<Stopwatch> {
-        let threshold = u64::try_from(config.slowlog_log_slower_than).ok()?;
+    /// A running stopwatch for `slowlog-log-slower-than` microseconds, or
+    /// `None` when the slow log is off (below 0).
+    pub fn start(slower_than: i64) -> Option<Stopwatch> {
+        let threshold = u64::try_from(slower_than).ok()?;
         Some(Stopwatch {
             threshold: Duration::from_micros(threshold),
             last: Instant::now(),
@@ -82,9 +81,17 @@ impl Stopwatch {
 }
 
 impl SlowLog {
-    /// Logs a command of `client` that took `took`, dropping the oldest
-    /// entries beyond `max_len`.
-    pub fn record(&self, max_len: usize, args: &[Bytes], took: Duration, client: &ClientEntry) {
+    /// Logs a command that took `took`, sent by the client at `peer`
+    /// named `name` (empty for none), dropping the oldest entries beyond
+    /// `max_len`.
+    pub fn record(
+        &self,
+        max_len: usize,
+        args: &[Bytes],
+        took: Duration,
+        peer: SocketAddr,
+        name: Bytes,
+    ) {
         let entry = Entry {
             id: 0,
             time: SystemTime::now()
@@ -92,8 +99,8 @@ impl SlowLog {
                 .map_or(0, |d| d.as_secs()),
             micros: u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
             args: shortened(&command::redacted(args)),
-            peer: client.addr.to_string(),
-            name: client.meta().name.clone().unwrap_or_default(),
+            peer: peer.to_string(),
+            name,
         };
         let mut entries = self.lock();
         let id = entries.next_id;

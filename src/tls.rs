@@ -6,7 +6,8 @@
 //! the directive and the file, so a server that starts has a TLS setup
 //! that works.
 
-use std::path::Path;
+use std::fmt;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,9 +24,112 @@ use crate::config::{Config, TlsAuthClients};
 /// How long a client has to complete its TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A TLS setup that cannot work. The messages name the directive and the
+/// file, and say what to set.
+#[derive(Debug)]
+pub enum TlsError {
+    /// `tls-port` without `tls-cert-file` or `tls-key-file` (named).
+    MissingFile(&'static str),
+    /// Client certificates are asked for but no CA is given to check them.
+    MissingCa(TlsAuthClients),
+    Read {
+        directive: &'static str,
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    InvalidPem {
+        directive: &'static str,
+        path: PathBuf,
+        error: pem::Error,
+    },
+    NoCertificate {
+        directive: &'static str,
+        path: PathBuf,
+    },
+    NoKey(PathBuf),
+    /// rustls refused the setup itself, or the certificate and key.
+    Setup(String),
+    Unusable {
+        cert: PathBuf,
+        key: PathBuf,
+        error: String,
+    },
+    BadCa {
+        path: PathBuf,
+        /// 1 for the file's first certificate; 0 for the set as a whole.
+        index: usize,
+        error: String,
+    },
+}
+
+impl fmt::Display for TlsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TlsError::MissingFile(missing) => write!(
+                f,
+                "tls-port is set but {missing} is not: set tls-cert-file and tls-key-file \
+                 to the server's certificate chain and private key (PEM)"
+            ),
+            TlsError::MissingCa(auth) => write!(
+                f,
+                "tls-auth-clients is {} but tls-ca-cert-file is not set: set tls-ca-cert-file \
+                 to the CA certificates (PEM) that sign client certificates, or set \
+                 'tls-auth-clients no'",
+                auth.as_str()
+            ),
+            TlsError::Read {
+                directive,
+                path,
+                error,
+            } => write!(f, "cannot read {directive} '{}': {error}", path.display()),
+            TlsError::InvalidPem {
+                directive,
+                path,
+                error,
+            } => write!(
+                f,
+                "{directive} '{}' is not valid PEM: {error}",
+                path.display()
+            ),
+            TlsError::NoCertificate { directive, path } => write!(
+                f,
+                "{directive} '{}' holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+                path.display()
+            ),
+            TlsError::NoKey(path) => write!(
+                f,
+                "tls-key-file '{}' holds no unencrypted PEM private key \
+                 (PKCS#8, PKCS#1 or SEC1)",
+                path.display()
+            ),
+            TlsError::Setup(error) => write!(f, "cannot set up TLS: {error}"),
+            TlsError::Unusable { cert, key, error } => write!(
+                f,
+                "tls-cert-file '{}' and tls-key-file '{}' do not make a usable certificate: \
+                 {error}",
+                cert.display(),
+                key.display()
+            ),
+            TlsError::BadCa {
+                path,
+                index: 0,
+                error,
+            } => write!(f, "tls-ca-cert-file '{}': {error}", path.display()),
+            TlsError::BadCa { path, index, error } => write!(
+                f,
+                "tls-ca-cert-file '{}': certificate {index} is not a usable CA certificate: \
+                 {error}",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TlsError {}
+
 /// The acceptor for `tls-port`, or `None` when `tls-port` is 0 (the other
 /// TLS directives are then not read).
-pub fn acceptor(config: &Config) -> Result<Option<TlsAcceptor>, String> {
+pub fn acceptor(config: &Config) -> Result<Option<TlsAcceptor>, TlsError> {
     if config.tls_port == 0 {
         return Ok(None);
     }
@@ -33,31 +137,21 @@ pub fn acceptor(config: &Config) -> Result<Option<TlsAcceptor>, String> {
     Ok(Some(TlsAcceptor::from(Arc::new(server_config))))
 }
 
-fn server_config(config: &Config) -> Result<ServerConfig, String> {
+fn server_config(config: &Config) -> Result<ServerConfig, TlsError> {
     let (Some(cert_file), Some(key_file)) = (&config.tls_cert_file, &config.tls_key_file) else {
         let missing = if config.tls_cert_file.is_none() {
             "tls-cert-file"
         } else {
             "tls-key-file"
         };
-        return Err(format!(
-            "tls-port is set but {missing} is not: set tls-cert-file and tls-key-file \
-             to the server's certificate chain and private key (PEM)"
-        ));
+        return Err(TlsError::MissingFile(missing));
     };
     // Checked before any file is read, so the first error is the one that
     // needs fixing first.
     let ca_file = match (config.tls_auth_clients, &config.tls_ca_cert_file) {
         (TlsAuthClients::No, _) => None,
         (_, Some(ca_file)) => Some(ca_file),
-        (auth, None) => {
-            return Err(format!(
-                "tls-auth-clients is {} but tls-ca-cert-file is not set: set tls-ca-cert-file \
-                 to the CA certificates (PEM) that sign client certificates, or set \
-                 'tls-auth-clients no'",
-                auth.as_str()
-            ));
-        }
+        (auth, None) => return Err(TlsError::MissingCa(auth)),
     };
 
     let chain = certificates("tls-cert-file", cert_file)?;
@@ -65,7 +159,7 @@ fn server_config(config: &Config) -> Result<ServerConfig, String> {
     let provider = Arc::new(ring::default_provider());
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("cannot set up TLS: {e}"))?;
+        .map_err(|e| TlsError::Setup(e.to_string()))?;
     let builder = match ca_file {
         None => builder.with_no_client_auth(),
         Some(ca_file) => builder.with_client_cert_verifier(client_verifier(
@@ -74,13 +168,13 @@ fn server_config(config: &Config) -> Result<ServerConfig, String> {
             provider,
         )?),
     };
-    builder.with_single_cert(chain, key).map_err(|e| {
-        format!(
-            "tls-cert-file '{}' and tls-key-file '{}' do not make a usable certificate: {e}",
-            cert_file.display(),
-            key_file.display()
-        )
-    })
+    builder
+        .with_single_cert(chain, key)
+        .map_err(|e| TlsError::Unusable {
+            cert: cert_file.clone(),
+            key: key_file.clone(),
+            error: e.to_string(),
+        })
 }
 
 /// Checks client certificates against the CAs of `ca_file`.
@@ -88,18 +182,16 @@ fn client_verifier(
     ca_file: &Path,
     auth: TlsAuthClients,
     provider: Arc<CryptoProvider>,
-) -> Result<Arc<dyn tokio_rustls::rustls::server::danger::ClientCertVerifier>, String> {
+) -> Result<Arc<dyn tokio_rustls::rustls::server::danger::ClientCertVerifier>, TlsError> {
     let mut roots = RootCertStore::empty();
     for (index, cert) in certificates("tls-ca-cert-file", ca_file)?
         .into_iter()
         .enumerate()
     {
-        roots.add(cert).map_err(|e| {
-            format!(
-                "tls-ca-cert-file '{}': certificate {} is not a usable CA certificate: {e}",
-                ca_file.display(),
-                index + 1
-            )
+        roots.add(cert).map_err(|e| TlsError::BadCa {
+            path: ca_file.to_path_buf(),
+            index: index + 1,
+            error: e.to_string(),
         })?;
     }
     let builder = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
@@ -107,43 +199,52 @@ fn client_verifier(
         TlsAuthClients::Optional => builder.allow_unauthenticated(),
         TlsAuthClients::Yes | TlsAuthClients::No => builder,
     };
-    builder
-        .build()
-        .map_err(|e| format!("tls-ca-cert-file '{}': {e}", ca_file.display()))
+    builder.build().map_err(|e| TlsError::BadCa {
+        path: ca_file.to_path_buf(),
+        index: 0,
+        error: e.to_string(),
+    })
 }
 
 /// The certificates of a PEM file, at least one.
-fn certificates(directive: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+fn certificates(
+    directive: &'static str,
+    path: &Path,
+) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let text = read(directive, path)?;
     let certs = CertificateDer::pem_slice_iter(&text)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| invalid_pem(directive, path, e))?;
     if certs.is_empty() {
-        return Err(format!(
-            "{directive} '{}' holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
-            path.display()
-        ));
+        return Err(TlsError::NoCertificate {
+            directive,
+            path: path.to_path_buf(),
+        });
     }
     Ok(certs)
 }
 
 /// The first private key of a PEM file: PKCS#8, PKCS#1 (RSA) or SEC1 (EC).
-fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
     let text = read("tls-key-file", path)?;
     PrivateKeyDer::from_pem_slice(&text).map_err(|e| match e {
-        pem::Error::NoItemsFound => format!(
-            "tls-key-file '{}' holds no unencrypted PEM private key \
-             (PKCS#8, PKCS#1 or SEC1)",
-            path.display()
-        ),
+        pem::Error::NoItemsFound => TlsError::NoKey(path.to_path_buf()),
         e => invalid_pem("tls-key-file", path, e),
     })
 }
 
-fn read(directive: &str, path: &Path) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| format!("cannot read {directive} '{}': {e}", path.display()))
+fn read(directive: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|error| TlsError::Read {
+        directive,
+        path: path.to_path_buf(),
+        error,
+    })
 }
 
-fn invalid_pem(directive: &str, path: &Path, error: pem::Error) -> String {
-    format!("{directive} '{}' is not valid PEM: {error}", path.display())
+fn invalid_pem(directive: &'static str, path: &Path, error: pem::Error) -> TlsError {
+    TlsError::InvalidPem {
+        directive,
+        path: path.to_path_buf(),
+        error,
+    }
 }

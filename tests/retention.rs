@@ -314,12 +314,12 @@ fn reclaims_are_logged_and_stay_gone_after_a_crash_and_a_clean_restart() {
             .ignore();
     }
     let () = pipe.query(&mut con).expect("pipelined LEASE.ACQUIRE");
-    // Reclaimed by a lookup at exactly its deadline, before the sweep
-    // (which takes whole seconds) would reach it.
+    // Gone to every command at exactly its deadline, before the sweep
+    // (which takes whole seconds) reclaims it: a lookup changes nothing.
     let looked_up = acquire(&mut con, "looked-up", "w", "0.5", "10");
     assert_eq!(get(&mut con, "looked-up", "15.5"), None);
     assert_eq!(looked_up.release(&mut con), 0);
-    assert_eq!(info(&mut con, "leases")["leases_reclaimed"], "1");
+    assert_eq!(info(&mut con, "leases")["leases_reclaimed"], "0");
 
     // Past every deadline; this lease lives on.
     let live = acquire(&mut con, "live", "w", "100", "1000");
@@ -409,10 +409,18 @@ fn reclaiming_follows_registry_time_not_the_wall_clock() {
 }
 
 #[test]
-fn a_lease_command_without_now_moves_registry_time_to_the_clock_and_reclaims() {
+fn a_read_without_now_changes_nothing_and_a_write_without_now_moves_time_and_reclaims() {
     let (_server, mut con) = server_with_retained_leases();
+    // Evaluated at the server's clock, so expired, but time stays at 112.
     assert_eq!(run(&mut con, &["LEASE.GET", "nobody"]), Value::Nil);
-    wait_for_dbsize(&mut con, 0);
+    assert_eq!(int(&mut con, &["LEASE.VALIDATE", "x", "x:w:1", "1"]), 0);
+    let leases = info(&mut con, "leases");
+    assert_eq!(leases["registry_time"], "112", "{leases:?}");
+    assert_eq!(get(&mut con, "x", "112"), Some(("x:w:1".into(), 110.0, 1)));
+    // An acquire without `now` moves registry time to the clock: the three
+    // are past retention, and reclaimed.
+    run(&mut con, &["LEASE.ACQUIRE", "fresh", "w"]);
+    wait_for_dbsize(&mut con, 1);
     let leases = info(&mut con, "leases");
     assert_eq!(leases["leases_reclaimed"], "3", "{leases:?}");
     let time: f64 = leases["registry_time"].parse().unwrap();

@@ -20,7 +20,7 @@ fn status(text: &str) -> Value {
 }
 
 #[test]
-fn every_command_but_auth_hello_and_quit_needs_auth() {
+fn every_command_but_auth_hello_quit_and_reset_needs_auth() {
     let server = with_password();
     let mut con = server.connect();
     for words in [
@@ -48,8 +48,14 @@ fn every_command_but_auth_hello_and_quit_needs_auth() {
     // Nothing ran before AUTH: the refused acquire took no lease.
     assert_eq!(run(&mut con, &["LEASE.GET", "run"]), Value::Nil);
 
-    // QUIT works without authenticating.
+    // RESET and QUIT work without authenticating (their `no_auth` flag);
+    // RESET leaves the connection unauthenticated.
     let mut other = server.connect();
+    assert_eq!(run(&mut other, &["RESET"]), status("RESET"));
+    assert_eq!(
+        error(&mut other, &["PING"]),
+        "NOAUTH Authentication required."
+    );
     assert_eq!(run(&mut other, &["QUIT"]), Value::Okay);
 }
 

@@ -285,7 +285,7 @@ fn config_get_reports_directives() {
     assert_eq!(some.len(), 1);
     assert_eq!(
         error(&mut con, &["CONFIG", "SET", "port", "1"]),
-        "ERR unknown subcommand 'SET'. Try CONFIG HELP."
+        "ERR CONFIG SET failed (possibly related to argument 'port') - can't set immutable config"
     );
 }
 

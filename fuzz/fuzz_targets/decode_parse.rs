@@ -83,10 +83,8 @@ fuzz_target!(|data: &[u8]| {
     }
     for args in whole.0 {
         match command::parse(&args) {
-            Ok(Command::Lease(lease)) => {
-                if let Err(reply) = lease.check_id_len(1024) {
-                    encode(&reply);
-                }
+            Ok(Command::Lease(op)) => {
+                std::hint::black_box(op.oversized_id(1024));
             }
             Ok(_) => {}
             Err(reply) => encode(&reply),

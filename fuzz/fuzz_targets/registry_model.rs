@@ -1,13 +1,14 @@
-//! Arbitrary operation sequences through the registry and its reference
-//! model (`leased::registry::model`), which must agree on every reply and
-//! on the registry's figures after every step, with reclaiming in between
-//! as the core does it.
+//! Arbitrary operation sequences through the registry's `apply` and its
+//! reference model (`leased::registry::model`), which must agree on every
+//! outcome and on the registry's figures after every step, with
+//! reclaiming in between as the core does it.
 
 #![no_main]
 
 use arbitrary::Arbitrary;
-use leased::registry::model::{Cmd, Model, RUNS, WORKERS, check_runs, check_state, step_both};
-use leased::registry::{MAX_TOKEN, Registry};
+use bytes::Bytes;
+use leased::registry::model::{Model, RUNS, WORKERS, check_runs, check_state, step_both};
+use leased::registry::{MAX_TOKEN, Op, Registry};
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]
@@ -16,8 +17,7 @@ struct Input {
     retention: u8,
     /// Near 0, or near the last token there is.
     high_tokens: bool,
-    ceiling: Option<u8>,
-    ops: Vec<Op>,
+    ops: Vec<Step>,
 }
 
 /// Which lease id and token an operation names.
@@ -38,23 +38,28 @@ enum LeaseRef {
 }
 
 /// Time steps are in half seconds, like every TTL, so commands land
-/// exactly on expiry times.
+/// exactly on expiry times. `explicit` says whether the op carries the
+/// client's clock as `now` or leaves it to the server's (which then reads
+/// the same).
 #[derive(Arbitrary, Debug)]
-enum Op {
+enum Step {
     Acquire {
         run: u8,
         worker: u8,
         dt: i8,
         ttl: u8,
+        explicit: bool,
     },
     Heartbeat {
         lease: LeaseRef,
         dt: i8,
+        explicit: bool,
     },
     Validate {
         run: Option<u8>,
         lease: LeaseRef,
         dt: i8,
+        explicit: bool,
     },
     Release {
         lease: LeaseRef,
@@ -62,9 +67,9 @@ enum Op {
     Get {
         run: u8,
         dt: i8,
+        explicit: bool,
     },
-    SetCeiling(u8),
-    /// How many leases the sweep after this step may reclaim.
+    /// How many leases the reclaim after this step may remove.
     Sweep(u8),
 }
 
@@ -106,82 +111,95 @@ fn resolve_ref(lease: &LeaseRef, model: &Model) -> (Option<Vec<u8>>, Vec<u8>, u6
     }
 }
 
-fn resolve(op: &Op, model: &Model, now: &mut f64, first_token: u64) -> Option<Cmd> {
-    let mut step = |dt: i8| {
+/// The op a step makes, and the server's clock for it: the client's
+/// clock `now`, moved by the step.
+fn resolve(step: &Step, model: &Model, now: &mut f64) -> Option<(Op, f64)> {
+    let mut tick = |dt: i8, explicit: bool| {
         *now += f64::from(dt) * 0.5;
-        *now
+        explicit.then_some(*now)
     };
-    Some(match op {
-        Op::Acquire {
+    let bytes = |pool: &[&'static [u8]], index: u8| Bytes::from_static(pick(pool, index));
+    let op = match step {
+        Step::Acquire {
             run,
             worker,
             dt,
             ttl,
-        } => Cmd::Acquire {
-            run: pick(&RUNS, *run).to_vec(),
-            worker: pick(&WORKERS, *worker).to_vec(),
-            now: step(*dt),
+            explicit,
+        } => Op::Acquire {
+            run_id: bytes(&RUNS, *run),
+            worker_id: bytes(&WORKERS, *worker),
+            now: tick(*dt, *explicit),
             ttl: (*ttl % 16 != 0).then(|| f64::from(*ttl % 16) * 0.5),
         },
-        Op::Heartbeat { lease, dt } => {
+        Step::Heartbeat {
+            lease,
+            dt,
+            explicit,
+        } => {
             let (_, lease_id, token) = resolve_ref(lease, model);
-            Cmd::Heartbeat {
-                lease_id,
+            Op::Heartbeat {
+                lease_id: lease_id.into(),
                 token,
-                now: step(*dt),
+                now: tick(*dt, *explicit),
             }
         }
-        Op::Validate { run, lease, dt } => {
+        Step::Validate {
+            run,
+            lease,
+            dt,
+            explicit,
+        } => {
             let (lease_run, lease_id, token) = resolve_ref(lease, model);
             let run = match run {
                 Some(index) => pick(&RUNS, *index).to_vec(),
                 None => lease_run.unwrap_or_else(|| RUNS[0].to_vec()),
             };
-            Cmd::Validate {
-                run,
-                lease_id,
+            Op::Validate {
+                run_id: run.into(),
+                lease_id: lease_id.into(),
                 token,
-                now: step(*dt),
+                now: tick(*dt, *explicit),
             }
         }
-        Op::Release { lease } => {
+        Step::Release { lease } => {
             let (_, lease_id, token) = resolve_ref(lease, model);
-            Cmd::Release { lease_id, token }
+            Op::Release {
+                lease_id: lease_id.into(),
+                token,
+            }
         }
-        Op::Get { run, dt } => Cmd::Get {
-            run: pick(&RUNS, *run).to_vec(),
-            now: step(*dt),
+        Step::Get { run, dt, explicit } => Op::Get {
+            run_id: bytes(&RUNS, *run),
+            now: tick(*dt, *explicit),
         },
-        Op::SetCeiling(delta) => Cmd::SetCeiling(first_token + u64::from(*delta % 16)),
-        Op::Sweep(_) => return None,
-    })
+        Step::Sweep(_) => return None,
+    };
+    Some((op, *now))
 }
 
 fuzz_target!(|input: Input| {
     let default_ttl = pick(&[3.0, 0.5, 10.0, 1.5], input.default_ttl);
     let retention = pick(&[f64::INFINITY, 0.5, 1.0, 2.5, 7.0], input.retention);
     let last_token = if input.high_tokens { MAX_TOKEN - 4 } else { 0 };
-    let ceiling = input
-        .ceiling
-        .map_or(u64::MAX, |c| last_token + u64::from(c % 8));
-    let mut registry = Registry::new(default_ttl, last_token, ceiling);
+    let mut registry = Registry::new(default_ttl, last_token);
     registry.set_retention(retention);
-    let mut model = Model::new(default_ttl, last_token, ceiling);
+    let mut model = Model::new(default_ttl, last_token);
     model.retention = retention;
     let mut now = 0.0;
     let mut sweep = usize::MAX;
-    for (step, op) in input.ops.iter().take(200).enumerate() {
-        if let Op::Sweep(n) = op {
+    for (index, step) in input.ops.iter().take(200).enumerate() {
+        if let Step::Sweep(n) = step {
             sweep = usize::from(*n % 4);
         }
-        if let Some(cmd) = resolve(op, &model, &mut now, last_token) {
-            if let Err(error) = step_both(&mut registry, &mut model, &cmd) {
-                panic!("step {step}: {error}");
+        if let Some((op, clock)) = resolve(step, &model, &mut now) {
+            if let Err(error) = step_both(&mut registry, &mut model, &op, clock) {
+                panic!("step {index}: {error}");
             }
         }
-        registry.reclaim(sweep);
+        registry.apply(&Op::Reclaim { max: sweep }, now);
         if let Err(error) = check_state(&registry, &model) {
-            panic!("after step {step} ({op:?}): {error}");
+            panic!("after step {index} ({step:?}): {error}");
         }
     }
     if let Err(error) = check_runs(&mut registry, &mut model) {

@@ -219,6 +219,62 @@ pub fn encode_lease(lease: &LeaseRecord<'_>, out: &mut BytesMut) {
     });
 }
 
+/// The records of one commit round, as the log writes them: every change
+/// in order, except registry time. The registry records a `Time` change
+/// whenever a command moves time, which would double the log's records;
+/// time only ever grows and no other record depends on it, so a round
+/// writes it once, after its other records, as the round's latest. A
+/// replay of the log then ends at the same state however the commands were
+/// grouped into rounds.
+#[derive(Debug)]
+pub struct Round {
+    records: BytesMut,
+    /// The latest time of the round's `Time` changes, not yet written.
+    time: f64,
+}
+
+impl Default for Round {
+    fn default() -> Round {
+        Round {
+            records: BytesMut::new(),
+            time: f64::NEG_INFINITY,
+        }
+    }
+}
+
+impl Round {
+    pub fn push(&mut self, change: &Change) {
+        match change {
+            Change::Time(time) => self.time = self.time.max(*time),
+            _ => encode(change, &mut self.records),
+        }
+    }
+
+    /// Writes the round's time after its records; nothing if no change of
+    /// the round moved it.
+    pub fn close(&mut self) {
+        if self.time > f64::NEG_INFINITY {
+            encode(&Change::Time(self.time), &mut self.records);
+            self.time = f64::NEG_INFINITY;
+        }
+    }
+
+    /// Whether the round has nothing to write, time included.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty() && self.time == f64::NEG_INFINITY
+    }
+
+    /// The encoded records (the time only once [`Round::close`] wrote it).
+    pub fn bytes(&self) -> &[u8] {
+        &self.records
+    }
+
+    pub fn clear(&mut self) {
+        self.records.clear();
+        self.time = f64::NEG_INFINITY;
+    }
+}
+
 /// Frames the `len`-byte payload that `write` appends: length, checksum,
 /// payload.
 fn frame(len: u64, out: &mut BytesMut, write: impl FnOnce(&mut BytesMut)) {

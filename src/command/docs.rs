@@ -86,7 +86,7 @@ fn info_entry(parent: Option<&CommandSpec>, spec: &'static CommandSpec) -> Reply
     Reply::Array(vec![
         Reply::bulk(table::full_name(parent, spec)),
         Reply::Int(i64::from(spec.arity)),
-        statuses(spec.flags),
+        Reply::Set(spec.flags.names().map(Reply::Status).collect()),
         Reply::Int(0),
         Reply::Int(0),
         Reply::Int(0),

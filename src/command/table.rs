@@ -5,7 +5,13 @@
 //! hints) and the syntax lines in `docs/commands.md`, which a test checks
 //! against this table.
 
-use super::*;
+use bitflags::bitflags;
+
+use super::Command;
+use super::args::{Args, syntax_error};
+use super::lease::*;
+use super::server::*;
+use crate::reply::Reply;
 
 /// The kind of an argument, as `COMMAND DOCS` names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,8 +65,10 @@ pub struct CommandSpec {
     pub name: &'static str,
     /// Positive: exactly this many words, name included. Negative: at least.
     pub arity: i32,
-    /// Redis's command flags, for `COMMAND INFO`.
-    pub flags: &'static [&'static str],
+    /// Redis's command flags: `COMMAND INFO` shows them, and behaviour
+    /// reads them (`no_auth`: may run before AUTH; `admin`: hidden from
+    /// MONITOR).
+    pub flags: Flags,
     pub acl_categories: &'static [&'static str],
     /// The documentation group (`connection`, `server`, `lease`).
     pub group: &'static str,
@@ -71,6 +79,50 @@ pub struct CommandSpec {
     /// Turns the arguments after the name(s) into a command. Runs after the
     /// arity check, so it may take required arguments without checking.
     pub parse: ParseFn,
+}
+
+bitflags! {
+    /// Redis's command flags, as bits.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Flags: u32 {
+        const WRITE = 1 << 0;
+        const READONLY = 1 << 1;
+        const DENYOOM = 1 << 2;
+        const ADMIN = 1 << 3;
+        const NOSCRIPT = 1 << 4;
+        const LOADING = 1 << 5;
+        const STALE = 1 << 6;
+        const FAST = 1 << 7;
+        const NO_AUTH = 1 << 8;
+        const NO_ASYNC_LOADING = 1 << 9;
+        const NO_MULTI = 1 << 10;
+        const ALLOW_BUSY = 1 << 11;
+    }
+}
+
+impl Flags {
+    /// The flags' names as `COMMAND INFO` shows them (`write`, `no_auth`),
+    /// in Redis's order.
+    pub fn names(self) -> impl Iterator<Item = &'static str> {
+        const NAMES: [(Flags, &str); 12] = [
+            (Flags::WRITE, "write"),
+            (Flags::READONLY, "readonly"),
+            (Flags::DENYOOM, "denyoom"),
+            (Flags::ADMIN, "admin"),
+            (Flags::NOSCRIPT, "noscript"),
+            (Flags::LOADING, "loading"),
+            (Flags::STALE, "stale"),
+            (Flags::FAST, "fast"),
+            (Flags::NO_AUTH, "no_auth"),
+            (Flags::NO_ASYNC_LOADING, "no_async_loading"),
+            (Flags::NO_MULTI, "no_multi"),
+            (Flags::ALLOW_BUSY, "allow_busy"),
+        ];
+        NAMES
+            .into_iter()
+            .filter(move |(flag, _)| self.contains(*flag))
+            .map(|(_, name)| name)
+    }
 }
 
 /// The version that introduced every command in this table.
@@ -144,7 +196,7 @@ const fn command(
     CommandSpec {
         name,
         arity,
-        flags: &[],
+        flags: Flags::empty(),
         acl_categories: &[],
         group,
         summary,
@@ -162,7 +214,7 @@ const fn help_subcommand(
     parse: ParseFn,
 ) -> CommandSpec {
     CommandSpec {
-        flags: &["loading", "stale"],
+        flags: Flags::LOADING.union(Flags::STALE),
         acl_categories,
         ..command(
             "help",
@@ -175,21 +227,25 @@ const fn help_subcommand(
 }
 
 /// The flags of a command whose reply depends only on the connection.
-const CONNECTION_FLAGS: &[&str] = &["noscript", "loading", "stale", "fast"];
+const CONNECTION_FLAGS: Flags = Flags::NOSCRIPT
+    .union(Flags::LOADING)
+    .union(Flags::STALE)
+    .union(Flags::FAST);
 /// Commands a client may send before authenticating.
-const NO_AUTH_FLAGS: &[&str] = &[
-    "noscript",
-    "loading",
-    "stale",
-    "fast",
-    "no_auth",
-    "allow_busy",
-];
+const NO_AUTH_FLAGS: Flags = Flags::NOSCRIPT
+    .union(Flags::LOADING)
+    .union(Flags::STALE)
+    .union(Flags::FAST)
+    .union(Flags::NO_AUTH)
+    .union(Flags::ALLOW_BUSY);
 const FAST_CONNECTION: &[&str] = &["@fast", "@connection"];
 const SLOW_CONNECTION: &[&str] = &["@slow", "@connection"];
-const LEASE_WRITE: &[&str] = &["write", "fast"];
+const LEASE_WRITE: Flags = Flags::WRITE.union(Flags::FAST);
 /// Administrative commands: `MONITOR` does not show them.
-const ADMIN_FLAGS: &[&str] = &["admin", "noscript", "loading", "stale"];
+const ADMIN_FLAGS: Flags = Flags::ADMIN
+    .union(Flags::NOSCRIPT)
+    .union(Flags::LOADING)
+    .union(Flags::STALE);
 const ADMIN_ACL: &[&str] = &["@admin", "@slow", "@dangerous"];
 const LEASE_ACL: &[&str] = &["@write", "@fast"];
 
@@ -203,7 +259,7 @@ fn unreachable_container(_: &mut Args) -> Result<Command, Reply> {
 
 pub static COMMANDS: &[CommandSpec] = &[
     CommandSpec {
-        flags: &["write", "denyoom", "fast"],
+        flags: Flags::WRITE.union(Flags::DENYOOM).union(Flags::FAST),
         acl_categories: LEASE_ACL,
         args: &[
             arg("run", ArgKind::String),
@@ -280,7 +336,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         )
     },
     CommandSpec {
-        flags: &["readonly"],
+        flags: Flags::READONLY,
         acl_categories: &["@keyspace", "@read", "@slow"],
         complexity: "O(1) for every call. O(N) for a complete iteration, N being the number of leases",
         args: &[
@@ -297,7 +353,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         )
     },
     CommandSpec {
-        flags: &["readonly", "fast"],
+        flags: Flags::READONLY.union(Flags::FAST),
         acl_categories: &["@keyspace", "@read", "@fast"],
         ..command(
             "dbsize",
@@ -308,7 +364,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         )
     },
     CommandSpec {
-        flags: &["loading", "stale"],
+        flags: Flags::LOADING.union(Flags::STALE),
         acl_categories: &["@slow", "@dangerous"],
         args: &[optional(multiple(arg("section", ArgKind::String)))],
         complexity: "O(1)",
@@ -321,7 +377,9 @@ pub static COMMANDS: &[CommandSpec] = &[
         )
     },
     CommandSpec {
-        flags: &["admin", "noscript", "no_async_loading"],
+        flags: Flags::ADMIN
+            .union(Flags::NOSCRIPT)
+            .union(Flags::NO_ASYNC_LOADING),
         acl_categories: &["@admin", "@slow", "@dangerous"],
         ..command(
             "bgrewriteaof",
@@ -332,13 +390,13 @@ pub static COMMANDS: &[CommandSpec] = &[
         )
     },
     CommandSpec {
-        flags: &["fast"],
+        flags: Flags::FAST,
         acl_categories: FAST_CONNECTION,
         args: &[optional(arg("message", ArgKind::String))],
         ..command("ping", -1, "connection", "Ping the server", parse_ping)
     },
     CommandSpec {
-        flags: &["loading", "stale", "fast"],
+        flags: Flags::LOADING.union(Flags::STALE).union(Flags::FAST),
         acl_categories: FAST_CONNECTION,
         args: &[arg("message", ArgKind::String)],
         ..command(
@@ -411,7 +469,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         )
     },
     CommandSpec {
-        flags: &["loading", "stale", "fast"],
+        flags: Flags::LOADING.union(Flags::STALE).union(Flags::FAST),
         acl_categories: FAST_CONNECTION,
         args: &[arg("index", ArgKind::Integer)],
         ..command(
@@ -435,7 +493,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         )
     },
     CommandSpec {
-        flags: &["loading", "stale"],
+        flags: Flags::LOADING.union(Flags::STALE),
         acl_categories: SLOW_CONNECTION,
         complexity: "O(N) where N is the total number of commands",
         subcommands: COMMAND_SUBCOMMANDS,
@@ -483,7 +541,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         )
     },
     CommandSpec {
-        flags: &["loading", "stale", "fast"],
+        flags: Flags::LOADING.union(Flags::STALE).union(Flags::FAST),
         acl_categories: &["@fast"],
         ..command(
             "time",
@@ -494,14 +552,12 @@ pub static COMMANDS: &[CommandSpec] = &[
         )
     },
     CommandSpec {
-        flags: &[
-            "admin",
-            "noscript",
-            "loading",
-            "stale",
-            "no_multi",
-            "allow_busy",
-        ],
+        flags: Flags::ADMIN
+            .union(Flags::NOSCRIPT)
+            .union(Flags::LOADING)
+            .union(Flags::STALE)
+            .union(Flags::NO_MULTI)
+            .union(Flags::ALLOW_BUSY),
         acl_categories: &["@admin", "@slow", "@dangerous"],
         args: &[
             optional(group(
@@ -589,7 +645,10 @@ static CLIENT_SUBCOMMANDS: &[CommandSpec] = &[
         )
     },
     CommandSpec {
-        flags: &["admin", "noscript", "loading", "stale"],
+        flags: Flags::ADMIN
+            .union(Flags::NOSCRIPT)
+            .union(Flags::LOADING)
+            .union(Flags::STALE),
         acl_categories: &["@admin", "@slow", "@dangerous", "@connection"],
         complexity: "O(N) where N is the number of client connections",
         args: &[
@@ -650,7 +709,7 @@ static CLIENT_SUBCOMMANDS: &[CommandSpec] = &[
 
 static SLOWLOG_SUBCOMMANDS: &[CommandSpec] = &[
     CommandSpec {
-        flags: &["admin", "loading", "stale"],
+        flags: Flags::ADMIN.union(Flags::LOADING).union(Flags::STALE),
         acl_categories: ADMIN_ACL,
         complexity: "O(N) where N is the number of entries returned",
         args: &[optional(arg("count", ArgKind::Integer))],
@@ -663,7 +722,7 @@ static SLOWLOG_SUBCOMMANDS: &[CommandSpec] = &[
         )
     },
     CommandSpec {
-        flags: &["admin", "loading", "stale"],
+        flags: Flags::ADMIN.union(Flags::LOADING).union(Flags::STALE),
         acl_categories: ADMIN_ACL,
         ..command(
             "len",
@@ -674,7 +733,7 @@ static SLOWLOG_SUBCOMMANDS: &[CommandSpec] = &[
         )
     },
     CommandSpec {
-        flags: &["admin", "loading", "stale"],
+        flags: Flags::ADMIN.union(Flags::LOADING).union(Flags::STALE),
         acl_categories: ADMIN_ACL,
         complexity: "O(N) where N is the number of entries in the slow log",
         ..command(
@@ -690,7 +749,7 @@ static SLOWLOG_SUBCOMMANDS: &[CommandSpec] = &[
 
 static COMMAND_SUBCOMMANDS: &[CommandSpec] = &[
     CommandSpec {
-        flags: &["loading", "stale"],
+        flags: Flags::LOADING.union(Flags::STALE),
         acl_categories: SLOW_CONNECTION,
         ..command(
             "count",
@@ -701,7 +760,7 @@ static COMMAND_SUBCOMMANDS: &[CommandSpec] = &[
         )
     },
     CommandSpec {
-        flags: &["loading", "stale"],
+        flags: Flags::LOADING.union(Flags::STALE),
         acl_categories: SLOW_CONNECTION,
         complexity: "O(N) where N is the number of commands to look up",
         args: &[optional(multiple(arg("command-name", ArgKind::String)))],
@@ -714,7 +773,7 @@ static COMMAND_SUBCOMMANDS: &[CommandSpec] = &[
         )
     },
     CommandSpec {
-        flags: &["loading", "stale"],
+        flags: Flags::LOADING.union(Flags::STALE),
         acl_categories: SLOW_CONNECTION,
         complexity: "O(N) where N is the number of commands to look up",
         args: &[optional(multiple(arg("command-name", ArgKind::String)))],
@@ -727,7 +786,7 @@ static COMMAND_SUBCOMMANDS: &[CommandSpec] = &[
         )
     },
     CommandSpec {
-        flags: &["loading", "stale"],
+        flags: Flags::LOADING.union(Flags::STALE),
         acl_categories: SLOW_CONNECTION,
         complexity: "O(N) where N is the total number of commands",
         ..command(
@@ -743,7 +802,10 @@ static COMMAND_SUBCOMMANDS: &[CommandSpec] = &[
 
 static CONFIG_SUBCOMMANDS: &[CommandSpec] = &[
     CommandSpec {
-        flags: &["admin", "noscript", "loading", "stale"],
+        flags: Flags::ADMIN
+            .union(Flags::NOSCRIPT)
+            .union(Flags::LOADING)
+            .union(Flags::STALE),
         acl_categories: &["@admin", "@slow", "@dangerous"],
         complexity: "O(N) when N is the number of configuration parameters provided",
         args: &[multiple(arg("parameter", ArgKind::Pattern))],
@@ -753,6 +815,48 @@ static CONFIG_SUBCOMMANDS: &[CommandSpec] = &[
             "server",
             "Return the values of configuration parameters matching glob patterns",
             parse_config_get,
+        )
+    },
+    CommandSpec {
+        flags: ADMIN_FLAGS,
+        acl_categories: &["@admin", "@slow", "@dangerous"],
+        complexity: "O(N) when N is the number of configuration parameters provided",
+        args: &[multiple(group(
+            "data",
+            ArgKind::Block,
+            &[
+                arg("parameter", ArgKind::String),
+                arg("value", ArgKind::String),
+            ],
+        ))],
+        ..command(
+            "set",
+            -4,
+            "server",
+            "Change configuration parameters while the server runs, all or none",
+            parse_config_set,
+        )
+    },
+    CommandSpec {
+        flags: ADMIN_FLAGS,
+        acl_categories: &["@admin", "@slow", "@dangerous"],
+        ..command(
+            "resetstat",
+            2,
+            "server",
+            "Reset the statistics reported by INFO",
+            parse_config_resetstat,
+        )
+    },
+    CommandSpec {
+        flags: ADMIN_FLAGS,
+        acl_categories: &["@admin", "@slow", "@dangerous"],
+        ..command(
+            "rewrite",
+            2,
+            "server",
+            "Write the running configuration back into the configuration file",
+            parse_config_rewrite,
         )
     },
     help_subcommand("server", &["@slow"], parse_config_help),
@@ -822,6 +926,12 @@ pub const CONFIG_HELP: &[&str] = &[
     "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
     "GET <pattern>",
     "    Return parameters matching the glob-like <pattern> and their values.",
+    "SET <directive> <value> [<directive> <value> ...]",
+    "    Set the configuration <directive> to <value>, all or none of them.",
+    "RESETSTAT",
+    "    Reset statistics reported by the INFO command.",
+    "REWRITE",
+    "    Rewrite the configuration file with the running values.",
     "HELP",
     "    Print this help.",
 ];

@@ -15,7 +15,7 @@ fn error_of(words: &[&str]) -> String {
     }
 }
 
-fn lease(words: &[&str]) -> LeaseCommand {
+fn lease(words: &[&str]) -> Op {
     match parse_words(words) {
         Ok(Command::Lease(command)) => command,
         other => panic!("{words:?} parsed as {other:?}"),
@@ -30,7 +30,7 @@ fn b(text: &str) -> Bytes {
 fn acquire_takes_optional_now_and_ttl_in_any_case() {
     assert_eq!(
         lease(&["LEASE.ACQUIRE", "run-1", "worker-a"]),
-        LeaseCommand::Acquire {
+        Op::Acquire {
             run_id: b("run-1"),
             worker_id: b("worker-a"),
             now: None,
@@ -39,7 +39,7 @@ fn acquire_takes_optional_now_and_ttl_in_any_case() {
     );
     assert_eq!(
         lease(&["lease.acquire", "r", "w", "10.5"]),
-        LeaseCommand::Acquire {
+        Op::Acquire {
             run_id: b("r"),
             worker_id: b("w"),
             now: Some(10.5),
@@ -48,7 +48,7 @@ fn acquire_takes_optional_now_and_ttl_in_any_case() {
     );
     assert_eq!(
         lease(&["Lease.Acquire", "r", "w", "1e3", "ttl", "30"]),
-        LeaseCommand::Acquire {
+        Op::Acquire {
             run_id: b("r"),
             worker_id: b("w"),
             now: Some(1000.0),
@@ -57,7 +57,7 @@ fn acquire_takes_optional_now_and_ttl_in_any_case() {
     );
     assert_eq!(
         lease(&["LEASE.ACQUIRE", "", "", "TTL", "0.5"]),
-        LeaseCommand::Acquire {
+        Op::Acquire {
             run_id: b(""),
             worker_id: b(""),
             now: None,
@@ -112,7 +112,7 @@ fn tokens_are_positive_integers() {
             "r:w:9223372036854775807",
             "9223372036854775807"
         ]),
-        LeaseCommand::Release {
+        Op::Release {
             lease_id: b("r:w:9223372036854775807"),
             token: i64::MAX as u64
         }
@@ -136,7 +136,7 @@ fn tokens_are_positive_integers() {
 fn commands_with_positional_now_reject_extra_arguments() {
     assert_eq!(
         lease(&["LEASE.HEARTBEAT", "r:w:1", "1", "5"]),
-        LeaseCommand::Heartbeat {
+        Op::Heartbeat {
             lease_id: b("r:w:1"),
             token: 1,
             now: Some(5.0)

@@ -10,20 +10,32 @@
 //! back into run and worker (both may contain `:`): tokens are unique, so
 //! the token finds the lease and the whole id is then compared.
 //!
+//! Commands reach it as an [`Op`] through [`Registry::apply`], with the
+//! server's clock passed in: the one deterministic entry point that the
+//! single node's core task calls, and that a replicated state machine can
+//! call with a leader's time. The same ops at the same clocks give the
+//! same replies, the same state and the same [`Change`]s, however they
+//! are batched.
+//!
 //! Retention: an expired lease that nobody took over stays releasable while
 //! `time < expires_at + retention`; after that it is gone. Lookups treat
-//! such a lease as absent (and remove it on the spot), and [`Registry::reclaim`]
-//! removes them in bounded steps, earliest first, so memory follows the
-//! live working set.
+//! such a lease as absent without touching it (a read never writes), and
+//! [`Op::Reclaim`] removes them a bounded number at a time, earliest
+//! first, so memory follows the live working set.
 //!
-//! Every change of state is also recorded as a [`Change`] (when recording
-//! is on), for the append-only log.
+//! Every change of state, registry time included, is also recorded as a
+//! [`Change`] (when recording is on), for the append-only log.
+//!
+//! Tokens are issued one after another up to [`MAX_TOKEN`]; keeping them
+//! durable (the ceiling reserved on disk) is the caller's job.
 
 mod arena;
 mod index;
+mod op;
 mod table;
 
 pub use index::Retired;
+pub use op::{IdKind, Op, Outcome};
 
 use bytes::Bytes;
 
@@ -104,15 +116,10 @@ impl LeaseRecord<'_> {
     }
 }
 
-/// Why an acquire could not issue a token although the run was free.
+/// An acquire found the run free but every token up to [`MAX_TOKEN`] has
+/// been issued.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TokenError {
-    /// The next token is above the durable ceiling: the caller must raise
-    /// the ceiling (see [`Registry::set_token_ceiling`]) and try again.
-    CeilingReached,
-    /// Every token up to 2^63-1 has been issued.
-    Exhausted,
-}
+pub struct TokensExhausted;
 
 /// The largest fencing token: tokens travel as RESP integers (i64).
 pub const MAX_TOKEN: u64 = i64::MAX as u64;
@@ -122,37 +129,37 @@ pub struct Registry {
     leases: LeaseTable,
     /// The last fencing token issued (0 before the first).
     last_token: u64,
-    /// Tokens above this are not yet durably reserved and may not be issued.
-    token_ceiling: u64,
     /// Registry time: the latest `now` seen. Starts below every finite time.
     time: f64,
     /// TTL in seconds of leases acquired without a `TTL` option.
     default_ttl: f64,
     /// Seconds an expired lease stays releasable; infinite keeps it forever.
     retention: f64,
-    /// Leases removed because their retention ran out.
-    reclaimed: u64,
     /// Changes since the last [`Registry::take_changes`], if recording.
     changes: Vec<Change>,
     recording: bool,
 }
 
 impl Registry {
-    /// An empty registry whose next token is `last_token + 1`, and which may
-    /// issue tokens up to `token_ceiling`. It keeps expired leases forever
-    /// (see [`Registry::set_retention`]) and does not record changes.
-    pub fn new(default_ttl: f64, last_token: u64, token_ceiling: u64) -> Registry {
+    /// An empty registry whose next token is `last_token + 1`. It keeps
+    /// expired leases forever (see [`Registry::set_retention`]) and does not
+    /// record changes.
+    pub fn new(default_ttl: f64, last_token: u64) -> Registry {
         Registry {
             leases: LeaseTable::default(),
             last_token,
-            token_ceiling,
             time: f64::NEG_INFINITY,
             default_ttl,
             retention: f64::INFINITY,
-            reclaimed: 0,
             changes: Vec::new(),
             recording: false,
         }
+    }
+
+    /// The TTL of later acquires without a `TTL` option; leases already
+    /// held keep theirs.
+    pub fn set_default_ttl(&mut self, seconds: f64) {
+        self.default_ttl = seconds;
     }
 
     /// How long expired leases stay releasable, in seconds; 0 or infinity
@@ -178,13 +185,25 @@ impl Registry {
         self.changes.drain(..)
     }
 
-    /// Advances registry time to `now` if it is later, and returns the time
-    /// to evaluate at: a lagging clock is read as the latest time seen.
+    /// Advances registry time to `now` if it is later (a recorded change),
+    /// and returns the time to evaluate at: a lagging clock is read as the
+    /// latest time seen.
     pub fn advance_time(&mut self, now: f64) -> f64 {
         if now > self.time {
             self.time = now;
+            self.record(|| Change::Time(now));
         }
         self.time
+    }
+
+    /// The time a read evaluates at: an explicit `now` moves registry time
+    /// as any command's does; without one the server's `clock` is read, as
+    /// `max(clock, registry time)`, and nothing changes.
+    fn read_time(&mut self, now: Option<f64>, clock: f64) -> f64 {
+        match now {
+            Some(now) => self.advance_time(now),
+            None => clock.max(self.time),
+        }
     }
 
     /// Registry time, or negative infinity before any `now` was seen.
@@ -201,13 +220,9 @@ impl Registry {
         self.last_token
     }
 
-    pub fn token_ceiling(&self) -> u64 {
-        self.token_ceiling
-    }
-
-    /// Allows tokens up to `ceiling` once it is durable. It never lowers.
-    pub fn set_token_ceiling(&mut self, ceiling: u64) {
-        self.token_ceiling = self.token_ceiling.max(ceiling);
+    /// Seconds an expired lease stays releasable (infinite: forever).
+    pub fn retention(&self) -> f64 {
+        self.retention
     }
 
     /// The number of leases held, active or expired (those past retention
@@ -231,11 +246,6 @@ impl Registry {
         self.leases.take_retired()
     }
 
-    /// Leases removed so far because their retention ran out.
-    pub fn reclaimed(&self) -> u64 {
-        self.reclaimed
-    }
-
     /// Takes a lease on `run_id` if it has none or its lease has expired.
     /// `Ok(None)` when the run is held; a failed acquire issues no token.
     pub fn acquire(
@@ -244,9 +254,10 @@ impl Registry {
         worker_id: &[u8],
         now: f64,
         ttl: Option<f64>,
-    ) -> Result<Option<Lease>, TokenError> {
+    ) -> Result<Option<Lease>, TokensExhausted> {
         let now = self.advance_time(now);
-        let previous = self.current_by_run(run_id);
+        // A lease past retention is expired too: taken over like any other.
+        let previous = self.leases.find_run(run_id);
         if previous.is_some_and(|slot| self.leases.get(slot).expires_at > now) {
             return Ok(None);
         }
@@ -305,6 +316,12 @@ impl Registry {
         now: f64,
     ) -> bool {
         let now = self.advance_time(now);
+        self.validate_at(run_id, lease_id, fencing_token, now)
+    }
+
+    /// [`Registry::validate`] at `now`, which must not be before registry
+    /// time; time does not move.
+    fn validate_at(&self, run_id: &[u8], lease_id: &[u8], fencing_token: u64, now: f64) -> bool {
         self.current_by_run(run_id).is_some_and(|slot| {
             let entry = self.leases.get(slot);
             entry.fencing_token == fencing_token
@@ -330,6 +347,12 @@ impl Registry {
     /// The run's current lease and whether it has expired at `now`.
     pub fn get(&mut self, run_id: &[u8], now: f64) -> Option<(Lease, bool)> {
         let now = self.advance_time(now);
+        self.get_at(run_id, now)
+    }
+
+    /// [`Registry::get`] at `now`, which must not be before registry time;
+    /// time does not move.
+    fn get_at(&self, run_id: &[u8], now: f64) -> Option<(Lease, bool)> {
         let slot = self.current_by_run(run_id)?;
         let entry = self.leases.get(slot);
         Some((to_lease(entry), entry.expires_at <= now))
@@ -352,8 +375,8 @@ impl Registry {
                 break;
             };
             // A whole second at a time: every lease expiring in it is due
-            // once the second plus retention has passed. The rest of a
-            // second still running are caught by the lookups.
+            // once the second plus retention has passed. Until then the
+            // lookups treat those already past retention as gone.
             if !self.second_due(second) {
                 break;
             }
@@ -375,34 +398,25 @@ impl Registry {
     fn reclaim_slot(&mut self, slot: u32) {
         let fencing_token = self.leases.get(slot).fencing_token;
         self.leases.remove(slot);
-        self.reclaimed += 1;
         self.record(|| Change::Remove { fencing_token });
     }
 
-    /// The run's lease, unless its retention has run out (then it is
-    /// reclaimed now, and the run has none).
-    fn current_by_run(&mut self, run_id: &[u8]) -> Option<u32> {
+    /// The run's lease, unless its retention has run out: such a lease is
+    /// gone, whether or not [`Registry::reclaim`] has reached it yet.
+    fn current_by_run(&self, run_id: &[u8]) -> Option<u32> {
         let slot = self.leases.find_run(run_id)?;
-        self.unless_past_retention(slot)
+        (!self.past_retention(slot)).then_some(slot)
     }
 
-    fn current_by_token(&mut self, fencing_token: u64) -> Option<u32> {
+    fn current_by_token(&self, fencing_token: u64) -> Option<u32> {
         let slot = self.leases.find_token(fencing_token)?;
-        self.unless_past_retention(slot)
-    }
-
-    fn unless_past_retention(&mut self, slot: u32) -> Option<u32> {
-        if self.past_retention(slot) {
-            self.reclaim_slot(slot);
-            return None;
-        }
-        Some(slot)
+        (!self.past_retention(slot)).then_some(slot)
     }
 
     /// Applies a change read back from the log. Changes set state outright,
     /// so applying one whose effect is already present changes nothing.
-    /// Tokens and time only ever grow.
-    pub fn apply(&mut self, change: Change) {
+    /// Tokens and time only ever grow. Nothing is recorded.
+    pub fn replay(&mut self, change: Change) {
         match change {
             Change::Put {
                 run_id,
@@ -439,9 +453,7 @@ impl Registry {
                     self.leases.remove(slot);
                 }
             }
-            Change::Time(time) => {
-                self.advance_time(time);
-            }
+            Change::Time(time) => self.time = self.time.max(time),
             Change::LastToken(token) => self.last_token = self.last_token.max(token),
         }
     }
@@ -495,12 +507,9 @@ impl Registry {
         (slot < bound).then_some(slot)
     }
 
-    fn next_token(&mut self) -> Result<u64, TokenError> {
+    fn next_token(&mut self) -> Result<u64, TokensExhausted> {
         if self.last_token >= MAX_TOKEN {
-            return Err(TokenError::Exhausted);
-        }
-        if self.last_token >= self.token_ceiling {
-            return Err(TokenError::CeilingReached);
+            return Err(TokensExhausted);
         }
         self.last_token += 1;
         Ok(self.last_token)

@@ -1,99 +1,12 @@
 //! The registry's reference model, written from the contract rather than
 //! from the registry: every lease ever issued in a Vec, found by linear
 //! scans. The property tests and the `registry_model` fuzz target run
-//! the same commands through both and compare. Compiled for tests and
-//! with the `fuzzing` feature only.
+//! the same ops through both and compare. Compiled for tests and with the
+//! `fuzzing` feature only.
 
 use bytes::Bytes;
 
-use super::{Lease, MAX_TOKEN, Registry, TokenError};
-
-// ---------------------------------------------------------------
-// Shared vocabulary: a command with every argument resolved, and the
-// registry's answer to it.
-// ---------------------------------------------------------------
-
-#[derive(Clone, Debug)]
-pub enum Cmd {
-    Acquire {
-        run: Vec<u8>,
-        worker: Vec<u8>,
-        now: f64,
-        ttl: Option<f64>,
-    },
-    Heartbeat {
-        lease_id: Vec<u8>,
-        token: u64,
-        now: f64,
-    },
-    Validate {
-        run: Vec<u8>,
-        lease_id: Vec<u8>,
-        token: u64,
-        now: f64,
-    },
-    Release {
-        lease_id: Vec<u8>,
-        token: u64,
-    },
-    Get {
-        run: Vec<u8>,
-        now: f64,
-    },
-    SetCeiling(u64),
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum Reply {
-    Acquired(Result<Option<Lease>, TokenError>),
-    Flag(bool),
-    Got(Option<(Lease, bool)>),
-    Done,
-}
-
-impl Reply {
-    /// The lease this reply carries, if any.
-    pub fn lease(&self) -> Option<&Lease> {
-        match self {
-            Reply::Acquired(Ok(Some(lease))) | Reply::Got(Some((lease, _))) => Some(lease),
-            _ => None,
-        }
-    }
-}
-
-pub fn apply(registry: &mut Registry, cmd: &Cmd) -> Reply {
-    match cmd {
-        Cmd::Acquire {
-            run,
-            worker,
-            now,
-            ttl,
-        } => Reply::Acquired(registry.acquire(run, worker, *now, *ttl)),
-        Cmd::Heartbeat {
-            lease_id,
-            token,
-            now,
-        } => Reply::Flag(registry.heartbeat(lease_id, *token, *now)),
-        Cmd::Validate {
-            run,
-            lease_id,
-            token,
-            now,
-        } => Reply::Flag(registry.validate(run, lease_id, *token, *now)),
-        Cmd::Release { lease_id, token } => Reply::Flag(registry.release(lease_id, *token)),
-        Cmd::Get { run, now } => Reply::Got(registry.get(run, *now)),
-        Cmd::SetCeiling(ceiling) => {
-            registry.set_token_ceiling(*ceiling);
-            Reply::Done
-        }
-    }
-}
-
-// ---------------------------------------------------------------
-// The reference model: every lease ever issued in a Vec, found by
-// linear scans, lease ids built whole and compared whole, time as a
-// plain max. Written from the contract, not from the code above.
-// ---------------------------------------------------------------
+use super::{Lease, MAX_TOKEN, Op, Outcome, Registry};
 
 #[derive(Clone, Debug)]
 pub struct ModelLease {
@@ -128,12 +41,13 @@ impl ModelLease {
     }
 }
 
+/// Every lease ever issued, oldest first, lease ids built whole and
+/// compared whole, time as a plain max.
 #[derive(Debug)]
 pub struct Model {
     /// Every lease ever issued, oldest first.
     pub issued: Vec<ModelLease>,
     pub last_token: u64,
-    pub ceiling: u64,
     pub time: f64,
     pub default_ttl: f64,
     /// Seconds an expired lease stays; infinite keeps it forever.
@@ -141,11 +55,10 @@ pub struct Model {
 }
 
 impl Model {
-    pub fn new(default_ttl: f64, last_token: u64, ceiling: u64) -> Model {
+    pub fn new(default_ttl: f64, last_token: u64) -> Model {
         Model {
             issued: Vec::new(),
             last_token,
-            ceiling,
             time: f64::NEG_INFINITY,
             default_ttl,
             retention: f64::INFINITY,
@@ -169,6 +82,16 @@ impl Model {
         self.time
     }
 
+    /// The time a read evaluates at: an explicit `now` is seen as any
+    /// command's; otherwise the clock or registry time, whichever is later,
+    /// and nothing changes.
+    fn read_at(&mut self, now: Option<f64>, clock: f64) -> f64 {
+        match now {
+            Some(now) => self.see(now),
+            None => clock.max(self.time),
+        }
+    }
+
     /// The run's current lease.
     pub fn current_of(&self, run: &[u8]) -> Option<usize> {
         let found: Vec<usize> = (0..self.issued.len())
@@ -186,94 +109,93 @@ impl Model {
         })
     }
 
-    pub fn apply(&mut self, cmd: &Cmd) -> Reply {
-        match cmd {
-            Cmd::Acquire {
-                run,
-                worker,
+    /// The outcome of `op` at `clock`; `None` for the ops whose outcome
+    /// depends on how the registry lays its leases out (scan, size,
+    /// reclaim), which the model does not know.
+    pub fn apply(&mut self, op: &Op, clock: f64) -> Option<Outcome> {
+        Some(match op {
+            Op::Acquire {
+                run_id,
+                worker_id,
                 now,
                 ttl,
             } => {
-                let t = self.see(*now);
-                let previous = self.current_of(run);
-                if let Some(i) = previous
-                    && self.issued[i].expires_at > t
-                {
-                    return Reply::Acquired(Ok(None));
-                }
-                // last_token <= MAX_TOKEN < u64::MAX, so this cannot overflow.
-                let next = self.last_token + 1;
-                if next > MAX_TOKEN {
-                    return Reply::Acquired(Err(TokenError::Exhausted));
-                }
-                if next > self.ceiling {
-                    return Reply::Acquired(Err(TokenError::CeilingReached));
-                }
-                self.last_token = next;
-                if let Some(i) = previous {
-                    self.issued[i].current = false;
-                }
-                let ttl = ttl.unwrap_or(self.default_ttl);
-                let new = ModelLease {
-                    run: run.clone(),
-                    worker: worker.clone(),
-                    token: next,
-                    expires_at: t + ttl,
-                    ttl,
-                    current: true,
-                };
-                let reply = Reply::Acquired(Ok(Some(new.lease())));
-                self.issued.push(new);
-                reply
+                let t = self.see(now.unwrap_or(clock));
+                self.acquire(run_id, worker_id, t, *ttl)
             }
-            Cmd::Heartbeat {
+            Op::Heartbeat {
                 lease_id,
                 token,
                 now,
             } => {
-                let t = self.see(*now);
+                let t = self.see(now.unwrap_or(clock));
                 match self.named(lease_id, *token) {
                     Some(i) if self.issued[i].expires_at > t => {
                         self.issued[i].expires_at = t + self.issued[i].ttl;
-                        Reply::Flag(true)
+                        Outcome::Flag(true)
                     }
-                    _ => Reply::Flag(false),
+                    _ => Outcome::Flag(false),
                 }
             }
-            Cmd::Validate {
-                run,
+            Op::Validate {
+                run_id,
                 lease_id,
                 token,
                 now,
             } => {
-                let t = self.see(*now);
-                Reply::Flag(self.issued.iter().any(|l| {
+                let t = self.read_at(*now, clock);
+                Outcome::Flag(self.issued.iter().any(|l| {
                     l.current
-                        && l.run == *run
+                        && l.run == run_id[..]
                         && l.token == *token
-                        && l.id() == *lease_id
+                        && l.id() == lease_id[..]
                         && l.expires_at > t
                 }))
             }
-            Cmd::Release { lease_id, token } => match self.named(lease_id, *token) {
+            Op::Release { lease_id, token } => match self.named(lease_id, *token) {
                 Some(i) => {
                     self.issued[i].current = false;
-                    Reply::Flag(true)
+                    Outcome::Flag(true)
                 }
-                None => Reply::Flag(false),
+                _ => Outcome::Flag(false),
             },
-            Cmd::Get { run, now } => {
-                let t = self.see(*now);
-                Reply::Got(self.current_of(run).map(|i| {
+            Op::Get { run_id, now } => {
+                let t = self.read_at(*now, clock);
+                Outcome::Got(self.current_of(run_id).map(|i| {
                     let l = &self.issued[i];
                     (l.lease(), l.expires_at <= t)
                 }))
             }
-            Cmd::SetCeiling(ceiling) => {
-                self.ceiling = self.ceiling.max(*ceiling);
-                Reply::Done
-            }
+            Op::Scan { .. } | Op::DbSize | Op::Reclaim { .. } => return None,
+        })
+    }
+
+    fn acquire(&mut self, run: &[u8], worker: &[u8], t: f64, ttl: Option<f64>) -> Outcome {
+        let previous = self.current_of(run);
+        if let Some(i) = previous
+            && self.issued[i].expires_at > t
+        {
+            return Outcome::Acquired(None);
         }
+        if self.last_token >= MAX_TOKEN {
+            return Outcome::TokensExhausted;
+        }
+        self.last_token += 1;
+        if let Some(i) = previous {
+            self.issued[i].current = false;
+        }
+        let ttl = ttl.unwrap_or(self.default_ttl);
+        let new = ModelLease {
+            run: run.to_vec(),
+            worker: worker.to_vec(),
+            token: self.last_token,
+            expires_at: t + ttl,
+            ttl,
+            current: true,
+        };
+        let outcome = Outcome::Acquired(Some(new.lease()));
+        self.issued.push(new);
+        outcome
     }
 }
 
@@ -290,9 +212,9 @@ pub fn past_retention(registry: &Registry) -> usize {
 }
 
 /// Compares what can be seen of a registry with the model after a step:
-/// the number of leases and of expired ones, the last token, the ceiling
-/// and registry time. Leases past retention count in the registry until a
-/// sweep reaches them, so they are left out of its figures.
+/// the number of leases and of expired ones, the last token and registry
+/// time. Leases past retention count in the registry until a reclaim
+/// reaches them, so they are left out of its figures.
 pub fn check_state(registry: &Registry, model: &Model) -> Result<(), String> {
     let unswept = past_retention(registry);
     let expired = model
@@ -300,24 +222,20 @@ pub fn check_state(registry: &Registry, model: &Model) -> Result<(), String> {
         .iter()
         .filter(|l| l.current && l.expires_at <= model.time)
         .count();
-    let counts = [
-        ("leases", registry.len() - unswept, model.current_count()),
+    let figures = [
+        (
+            "leases",
+            (registry.len() - unswept) as u64,
+            model.current_count() as u64,
+        ),
         (
             "expired leases",
-            registry.expired_count() - unswept,
-            expired,
+            (registry.expired_count() - unswept) as u64,
+            expired as u64,
         ),
-    ];
-    let tokens = [
         ("last token", registry.last_token(), model.last_token),
-        ("ceiling", registry.token_ceiling(), model.ceiling),
     ];
-    let mismatch = counts
-        .iter()
-        .map(|&(what, got, want)| (what, got as u64, want as u64))
-        .chain(tokens)
-        .find(|(_, got, want)| got != want);
-    if let Some((what, got, want)) = mismatch {
+    if let Some((what, got, want)) = figures.iter().find(|(_, got, want)| got != want) {
         return Err(format!("{what}: registry {got}, model {want}"));
     }
     if registry.time() != model.time {
@@ -336,40 +254,51 @@ pub fn check_state(registry: &Registry, model: &Model) -> Result<(), String> {
 pub const RUNS: [&[u8]; 6] = [b"a", b"a:b", b"", b":", b"a:b:c", b"run-1"];
 pub const WORKERS: [&[u8]; 5] = [b"c", b"b:c", b"", b":", b"w"];
 
-/// Applies `cmd` to both; their replies must be equal, and a lease's id
-/// must be exactly `run:worker:token`.
-pub fn step_both(registry: &mut Registry, model: &mut Model, cmd: &Cmd) -> Result<(), String> {
-    let want = model.apply(cmd);
-    let got = apply(registry, cmd);
-    if got != want {
-        return Err(format!("{cmd:?}: registry {got:?}, model {want:?}"));
+/// Applies `op` to both at `clock`; their outcomes must be equal (where the
+/// model knows one), and a lease's id must be exactly `run:worker:token`.
+pub fn step_both(
+    registry: &mut Registry,
+    model: &mut Model,
+    op: &Op,
+    clock: f64,
+) -> Result<(), String> {
+    let want = model.apply(op, clock);
+    let got = registry.apply(op, clock);
+    if want.as_ref().is_some_and(|want| *want != got) {
+        return Err(format!(
+            "{op:?} at {clock}: registry {got:?}, model {want:?}"
+        ));
     }
-    if let Some(lease) = got.lease() {
-        let id = [
-            &lease.run_id[..],
-            b":",
-            &lease.worker_id[..],
-            b":",
-            lease.fencing_token.to_string().as_bytes(),
-        ]
-        .concat();
-        if lease.lease_id() != id {
-            return Err(format!("{cmd:?}: lease id {:?}", lease.lease_id()));
-        }
+    let lease = match &got {
+        Outcome::Acquired(Some(lease)) | Outcome::Got(Some((lease, _))) => lease,
+        _ => return Ok(()),
+    };
+    let id = [
+        &lease.run_id[..],
+        b":",
+        &lease.worker_id[..],
+        b":",
+        lease.fencing_token.to_string().as_bytes(),
+    ]
+    .concat();
+    if lease.lease_id() != id {
+        return Err(format!("{op:?}: lease id {:?}", lease.lease_id()));
     }
     Ok(())
 }
 
-/// At the end: every run of [`RUNS`] has the same lease in both.
+/// At the end: every run of [`RUNS`] has the same lease in both, read at
+/// registry time without moving it.
 pub fn check_runs(registry: &mut Registry, model: &mut Model) -> Result<(), String> {
-    let t = model.time;
+    let clock = model.time;
     for run in RUNS {
-        let want = model.apply(&Cmd::Get {
-            run: run.to_vec(),
-            now: t,
-        });
-        let got = Reply::Got(registry.get(run, t));
-        if got != want {
+        let get = Op::Get {
+            run_id: Bytes::from_static(run),
+            now: None,
+        };
+        let want = model.apply(&get, clock);
+        let got = registry.apply(&get, clock);
+        if Some(&got) != want.as_ref() {
             return Err(format!("run {run:?}: registry {got:?}, model {want:?}"));
         }
     }

@@ -1,13 +1,15 @@
-use super::model::{Cmd, Model, RUNS, Reply, WORKERS, apply, check_runs, check_state, step_both};
+use super::model::{Model, RUNS, WORKERS, check_runs, check_state, step_both};
 use super::*;
 
+use bytes::BytesMut;
 use proptest::prelude::*;
+
+use crate::aof::format::Round;
 use proptest::sample::{Index, select};
 
 // ---------------------------------------------------------------
-// Shared vocabulary: a command with every argument resolved, and the
-// registry's answer to it. The table test, the unit tests' helpers and
-// the property tests all speak it.
+// Helpers: ops with an explicit `now` (the clock passed to `apply` is
+// then never read), and their outcomes.
 // ---------------------------------------------------------------
 
 fn lease(run: &[u8], worker: &[u8], token: u64, expires_at: f64) -> Lease {
@@ -19,10 +21,13 @@ fn lease(run: &[u8], worker: &[u8], token: u64, expires_at: f64) -> Lease {
     }
 }
 
-/// A registry with the contract's default TTL and no ceiling to speak of.
+/// A registry with the contract's default TTL.
 fn registry() -> Registry {
-    Registry::new(10.0, 0, u64::MAX)
+    Registry::new(10.0, 0)
 }
+
+/// The clock for ops that carry their own `now`: reading it would show.
+const UNREAD: f64 = f64::NAN;
 
 /// Acquires with the default TTL, expecting a token to be available.
 fn acquire(registry: &mut Registry, run: &[u8], worker: &[u8], now: f64) -> Option<Lease> {
@@ -36,75 +41,79 @@ fn acquire(registry: &mut Registry, run: &[u8], worker: &[u8], now: f64) -> Opti
 // walks a few runs through their life with concrete times.
 // ---------------------------------------------------------------
 
-fn acq(run: &str, worker: &str, now: f64, ttl: Option<f64>) -> Cmd {
-    Cmd::Acquire {
-        run: run.into(),
-        worker: worker.into(),
-        now,
+fn bytes(text: &str) -> Bytes {
+    Bytes::copy_from_slice(text.as_bytes())
+}
+
+fn acq(run: &str, worker: &str, now: f64, ttl: Option<f64>) -> Op {
+    Op::Acquire {
+        run_id: bytes(run),
+        worker_id: bytes(worker),
+        now: Some(now),
         ttl,
     }
 }
 
-fn hb(lease_id: &str, token: u64, now: f64) -> Cmd {
-    Cmd::Heartbeat {
-        lease_id: lease_id.into(),
+fn hb(lease_id: &str, token: u64, now: f64) -> Op {
+    Op::Heartbeat {
+        lease_id: bytes(lease_id),
         token,
-        now,
+        now: Some(now),
     }
 }
 
-fn val(run: &str, lease_id: &str, token: u64, now: f64) -> Cmd {
-    Cmd::Validate {
-        run: run.into(),
-        lease_id: lease_id.into(),
+fn val(run: &str, lease_id: &str, token: u64, now: f64) -> Op {
+    Op::Validate {
+        run_id: bytes(run),
+        lease_id: bytes(lease_id),
         token,
-        now,
+        now: Some(now),
     }
 }
 
-fn rel(lease_id: &str, token: u64) -> Cmd {
-    Cmd::Release {
-        lease_id: lease_id.into(),
+fn rel(lease_id: &str, token: u64) -> Op {
+    Op::Release {
+        lease_id: bytes(lease_id),
         token,
     }
 }
 
-fn get(run: &str, now: f64) -> Cmd {
-    Cmd::Get {
-        run: run.into(),
-        now,
+fn get(run: &str, now: f64) -> Op {
+    Op::Get {
+        run_id: bytes(run),
+        now: Some(now),
     }
 }
 
-fn issued(run: &str, worker: &str, token: u64, expires_at: f64) -> Reply {
-    Reply::Acquired(Ok(Some(lease(
+fn issued(run: &str, worker: &str, token: u64, expires_at: f64) -> Outcome {
+    Outcome::Acquired(Some(lease(
         run.as_bytes(),
         worker.as_bytes(),
         token,
         expires_at,
-    ))))
+    )))
 }
 
-fn held() -> Reply {
-    Reply::Acquired(Ok(None))
+fn held() -> Outcome {
+    Outcome::Acquired(None)
 }
 
-fn got(run: &str, worker: &str, token: u64, expires_at: f64, expired: bool) -> Reply {
-    Reply::Got(Some((
+fn got(run: &str, worker: &str, token: u64, expires_at: f64, expired: bool) -> Outcome {
+    Outcome::Got(Some((
         lease(run.as_bytes(), worker.as_bytes(), token, expires_at),
         expired,
     )))
 }
 
-const ONE: Reply = Reply::Flag(true);
-const ZERO: Reply = Reply::Flag(false);
-const NULL: Reply = Reply::Got(None);
+const ONE: Outcome = Outcome::Flag(true);
+const ZERO: Outcome = Outcome::Flag(false);
+const NULL: Outcome = Outcome::Got(None);
 
 #[test]
 fn worked_example() {
     // (command, reply, len() after, last_token() after, registry time after)
     #[rustfmt::skip]
-    let table: Vec<(Cmd, Reply, usize, u64, f64)> = vec![
+    let table: Vec<(Op, Outcome, usize, u64, f64)> = vec![
         // run-1 is free: worker-a gets token 1 until 100 + 10.
         (acq("run-1", "worker-a", 100.0, None), issued("run-1", "worker-a", 1, 110.0), 1, 1, 100.0),
         // Held: another worker and the holder itself are refused, no token spent.
@@ -147,9 +156,9 @@ fn worked_example() {
         (rel("run-1:worker-b:5", 5), ONE, 0, 5, 117.0),
     ];
     let mut registry = registry();
-    for (row, (cmd, want, len, last_token, time)) in table.iter().enumerate() {
-        let reply = apply(&mut registry, cmd);
-        assert_eq!(&reply, want, "row {row}: {cmd:?}");
+    for (row, (op, want, len, last_token, time)) in table.iter().enumerate() {
+        let outcome = registry.apply(op, UNREAD);
+        assert_eq!(&outcome, want, "row {row}: {op:?}");
         assert_eq!(registry.len(), *len, "len after row {row}");
         assert_eq!(
             registry.last_token(),
@@ -215,7 +224,7 @@ fn tokens_are_registry_wide_and_start_at_one() {
     assert_eq!(registry.last_token(), 5);
 
     // A registry restored from durable state continues after its last token.
-    let mut restored = Registry::new(10.0, 41, u64::MAX);
+    let mut restored = Registry::new(10.0, 41);
     assert_eq!(restored.last_token(), 41);
     assert_eq!(
         acquire(&mut restored, b"run-1", b"worker-a", 0.0).map(|l| l.fencing_token),
@@ -636,101 +645,163 @@ fn wrong_token_or_wrong_id_fails() {
 }
 
 #[test]
-fn ceiling_reached_consumes_no_token_until_raised() {
-    let mut registry = Registry::new(10.0, 0, 2);
-    assert_eq!(registry.token_ceiling(), 2);
-    acquire(&mut registry, b"r", b"w", 0.0).unwrap();
-    acquire(&mut registry, b"s", b"w", 0.0).unwrap();
-    // last_token == ceiling: a free run cannot be had yet.
-    assert_eq!(
-        registry.acquire(b"t", b"w", 1.0, None),
-        Err(TokenError::CeilingReached)
-    );
-    assert_eq!(registry.last_token(), 2);
-    assert_eq!(registry.len(), 2);
-    assert_eq!(registry.get(b"t", 1.0), None);
-    // A held run is still just held.
-    assert_eq!(registry.acquire(b"r", b"x", 1.0, None), Ok(None));
-    // An expired lease that could not be taken over stays as it was,
-    // still releasable by its holder.
-    assert_eq!(
-        registry.acquire(b"r", b"x", 10.0, None),
-        Err(TokenError::CeilingReached)
-    );
-    assert_eq!(
-        registry.get(b"r", 10.0),
-        Some((lease(b"r", b"w", 1, 10.0), true))
-    );
-    // Lowering is ignored.
-    registry.set_token_ceiling(1);
-    assert_eq!(registry.token_ceiling(), 2);
-    registry.set_token_ceiling(0);
-    assert_eq!(registry.token_ceiling(), 2);
-    // Raising allows exactly up to the new ceiling.
-    registry.set_token_ceiling(4);
-    assert_eq!(registry.token_ceiling(), 4);
-    assert_eq!(
-        registry.acquire(b"t", b"w", 10.0, None),
-        Ok(Some(lease(b"t", b"w", 3, 20.0)))
-    );
-    assert_eq!(
-        registry.acquire(b"r", b"x", 10.0, None),
-        Ok(Some(lease(b"r", b"x", 4, 20.0)))
-    );
-    assert_eq!(
-        registry.acquire(b"u", b"w", 10.0, None),
-        Err(TokenError::CeilingReached)
-    );
-    assert!(registry.release(b"s:w:2", 2));
-    assert_eq!(
-        registry.acquire(b"s", b"w", 10.0, None),
-        Err(TokenError::CeilingReached)
-    );
-    assert_eq!(registry.last_token(), 4);
-}
-
-#[test]
-fn ceiling_below_the_last_token_issues_nothing() {
-    let mut registry = Registry::new(10.0, 5, 3);
-    assert_eq!(
-        registry.acquire(b"r", b"w", 0.0, None),
-        Err(TokenError::CeilingReached)
-    );
-    assert_eq!(registry.last_token(), 5);
-    registry.set_token_ceiling(5);
-    assert_eq!(
-        registry.acquire(b"r", b"w", 0.0, None),
-        Err(TokenError::CeilingReached)
-    );
-    registry.set_token_ceiling(6);
-    assert_eq!(
-        acquire(&mut registry, b"r", b"w", 0.0).map(|l| l.fencing_token),
-        Some(6)
-    );
-}
-
-#[test]
 fn tokens_are_exhausted_at_max_token() {
-    for ceiling in [MAX_TOKEN, u64::MAX] {
-        let mut registry = Registry::new(10.0, MAX_TOKEN - 1, ceiling);
-        let last = acquire(&mut registry, b"r", b"w", 0.0).unwrap();
-        assert_eq!(last.fencing_token, MAX_TOKEN);
-        assert_eq!(last.lease_id(), b"r:w:9223372036854775807");
-        assert!(registry.heartbeat(b"r:w:9223372036854775807", MAX_TOKEN, 1.0));
-        assert_eq!(
-            registry.acquire(b"s", b"w", 1.0, None),
-            Err(TokenError::Exhausted)
-        );
-        // Raising the ceiling does not help.
-        registry.set_token_ceiling(u64::MAX);
-        assert_eq!(
-            registry.acquire(b"r", b"x", 20.0, None),
-            Err(TokenError::Exhausted)
-        );
-        assert_eq!(registry.last_token(), MAX_TOKEN);
-        assert_eq!(registry.len(), 1);
-        assert!(registry.release(b"r:w:9223372036854775807", MAX_TOKEN));
+    let mut registry = Registry::new(10.0, MAX_TOKEN - 1);
+    let last = acquire(&mut registry, b"r", b"w", 0.0).unwrap();
+    assert_eq!(last.fencing_token, MAX_TOKEN);
+    assert_eq!(last.lease_id(), b"r:w:9223372036854775807");
+    assert!(registry.heartbeat(b"r:w:9223372036854775807", MAX_TOKEN, 1.0));
+    assert_eq!(
+        registry.acquire(b"s", b"w", 1.0, None),
+        Err(TokensExhausted)
+    );
+    assert_eq!(
+        registry.apply(&acq("r", "x", 20.0, None), UNREAD),
+        Outcome::TokensExhausted
+    );
+    assert_eq!(registry.last_token(), MAX_TOKEN);
+    assert_eq!(registry.len(), 1);
+    assert!(registry.release(b"r:w:9223372036854775807", MAX_TOKEN));
+}
+
+#[test]
+fn reads_without_now_are_evaluated_at_the_clock_and_change_nothing() {
+    let mut registry = registry();
+    registry.set_recording(true);
+    acquire(&mut registry, b"run", b"w", 100.0).unwrap();
+    registry.take_changes().for_each(drop);
+    let get_now = Op::Get {
+        run_id: bytes("run"),
+        now: None,
+    };
+    let validate = Op::Validate {
+        run_id: bytes("run"),
+        lease_id: bytes("run:w:1"),
+        token: 1,
+        now: None,
+    };
+    // A clock behind registry time reads as registry time.
+    assert_eq!(
+        registry.apply(&get_now, 50.0),
+        got("run", "w", 1, 110.0, false)
+    );
+    assert_eq!(registry.apply(&validate, 109.9), ONE);
+    // At or past expiry by the clock: expired, yet time stays where it was.
+    assert_eq!(
+        registry.apply(&get_now, 110.0),
+        got("run", "w", 1, 110.0, true)
+    );
+    assert_eq!(registry.apply(&validate, 200.0), ZERO);
+    assert_eq!(registry.time(), 100.0);
+    assert_eq!(registry.take_changes().count(), 0);
+    // So the lease is still alive for its holder.
+    assert!(registry.heartbeat(b"run:w:1", 1, 105.0));
+    registry.take_changes().for_each(drop);
+    // An explicit `now` on a read does move time, and records it.
+    assert_eq!(
+        registry.apply(&get("run", 120.0), UNREAD),
+        got("run", "w", 1, 115.0, true)
+    );
+    assert_eq!(registry.time(), 120.0);
+    let changes: Vec<_> = registry.take_changes().collect();
+    assert_eq!(changes, vec![Change::Time(120.0)]);
+}
+
+#[test]
+fn writes_without_now_move_registry_time_to_the_clock() {
+    let mut registry = registry();
+    let acquire = Op::Acquire {
+        run_id: bytes("run"),
+        worker_id: bytes("w"),
+        now: None,
+        ttl: None,
+    };
+    assert_eq!(
+        registry.apply(&acquire, 100.0),
+        issued("run", "w", 1, 110.0)
+    );
+    assert_eq!(registry.time(), 100.0);
+    let heartbeat = Op::Heartbeat {
+        lease_id: bytes("run:w:1"),
+        token: 1,
+        now: None,
+    };
+    // A lagging clock is read as registry time.
+    assert_eq!(registry.apply(&heartbeat, 90.0), ONE);
+    assert_eq!(registry.get(b"run", 100.0).unwrap().0.expires_at, 110.0);
+    assert_eq!(registry.apply(&heartbeat, 105.0), ONE);
+    assert_eq!(registry.time(), 105.0);
+}
+
+#[test]
+fn a_lease_past_retention_is_gone_to_every_command_before_it_is_reclaimed() {
+    let mut registry = registry();
+    registry.set_retention(5.0);
+    acquire(&mut registry, b"run", b"w", 0.0).unwrap();
+    acquire(&mut registry, b"other", b"w", 0.0).unwrap();
+    // Expired at 10, releasable until 15 (exclusive).
+    assert_eq!(
+        registry.get(b"run", 14.9),
+        Some((lease(b"run", b"w", 1, 10.0), true))
+    );
+    assert_eq!(registry.get(b"run", 15.0), None);
+    assert_eq!(registry.apply(&rel("run:w:1", 1), UNREAD), ZERO);
+    assert_eq!(
+        registry.apply(&val("run", "run:w:1", 1, 15.0), UNREAD),
+        ZERO
+    );
+    let scan = Op::Scan {
+        cursor: 0,
+        pattern: None,
+        count: 10,
+    };
+    assert_eq!(
+        registry.apply(&scan, UNREAD),
+        Outcome::Scanned {
+            next: 0,
+            runs: Vec::new()
+        }
+    );
+    // Nothing was removed by looking: both stay held until reclaimed, which
+    // takes a whole second of expiries at a time, once all are past.
+    assert_eq!(registry.len(), 2);
+    assert_eq!(registry.apply(&Op::DbSize, UNREAD), Outcome::Count(2));
+    assert_eq!(
+        registry.apply(&Op::Reclaim { max: 1 }, UNREAD),
+        Outcome::Reclaimed(0)
+    );
+    // A takeover of a run whose lease is past retention replaces it.
+    assert_eq!(
+        registry.apply(&acq("other", "x", 16.0, None), UNREAD),
+        issued("other", "x", 3, 26.0)
+    );
+    assert_eq!(registry.len(), 2);
+    assert_eq!(
+        registry.apply(&Op::Reclaim { max: 10 }, UNREAD),
+        Outcome::Reclaimed(1)
+    );
+    assert_eq!(registry.len(), 1);
+    assert_eq!(
+        registry.get(b"other", 16.0).map(|(l, _)| l.fencing_token),
+        Some(3)
+    );
+}
+
+#[test]
+fn reclaim_takes_at_most_its_count_earliest_first() {
+    let mut registry = registry();
+    registry.set_retention(1.0);
+    for (i, now) in [3.0, 1.0, 2.0, 0.0].into_iter().enumerate() {
+        let run = format!("run-{i}");
+        acquire(&mut registry, run.as_bytes(), b"w", now).unwrap();
     }
+    registry.advance_time(100.0);
+    assert_eq!(registry.reclaim(2), 2);
+    // The two that expired first are gone.
+    assert!(registry.get(b"run-3", 100.0).is_none());
+    assert_eq!(registry.len(), 2);
+    assert_eq!(registry.reclaim(usize::MAX), 2);
+    assert!(registry.is_empty());
 }
 
 /// Found by the registry_model fuzz target. Every expiry from 2^63
@@ -759,14 +830,14 @@ fn expiries_beyond_the_last_indexed_second_are_not_taken_early() {
     assert_eq!(registry.len(), 2);
     assert!(registry.validate(b"far", &far.lease_id(), 2, 1e308));
     assert!(registry.heartbeat(&never.lease_id(), 1, 1e308));
-    // Past `far`'s expiry and retention: the sweep leaves that second to
-    // the lookups while `never` is in it (its bound is infinite), and a
-    // lookup reclaims `far`.
+    // Past `far`'s expiry and retention: the reclaim leaves that second
+    // alone while `never` is in it (its bound is infinite), and the
+    // lookups treat `far` as gone.
     assert_eq!(registry.get(b"other", 1.1e308), None);
     assert_eq!(registry.expired_count(), 1);
     assert_eq!(registry.reclaim(usize::MAX), 0);
     assert_eq!(registry.get(b"far", 1.1e308), None);
-    assert_eq!(registry.len(), 1);
+    assert_eq!(registry.len(), 2);
     assert!(registry.validate(b"never", &never.lease_id(), 1, 1.1e308));
 
     // Once the bound of that second has passed, the sweep takes its leases:
@@ -804,10 +875,10 @@ fn len_counts_active_and_expired_leases() {
 }
 
 // ---------------------------------------------------------------
-// Random operation sequences, run against both.
+// Random operation sequences, run against the model.
 // ---------------------------------------------------------------
 
-/// Which lease id and token an operation names.
+/// Which lease id and token a step names.
 #[derive(Clone, Debug)]
 enum Ref {
     /// The lease issued last (often still current).
@@ -829,23 +900,29 @@ enum Ref {
     Junk(Vec<u8>, u64),
 }
 
+/// A step of a client whose clock moves by `dt` before it; `explicit`
+/// says whether the op carries that time as `now` or leaves it to the
+/// server's clock (which then reads the same).
 #[derive(Clone, Debug)]
-enum Op {
+enum Step {
     Acquire {
         run: Index,
         worker: Index,
         dt: f64,
         ttl: Option<f64>,
+        explicit: bool,
     },
     Heartbeat {
         lease: Ref,
         dt: f64,
+        explicit: bool,
     },
     /// `run: None` validates against the run of the referenced lease.
     Validate {
         run: Option<Index>,
         lease: Ref,
         dt: f64,
+        explicit: bool,
     },
     Release {
         lease: Ref,
@@ -853,9 +930,10 @@ enum Op {
     Get {
         run: Index,
         dt: f64,
+        explicit: bool,
     },
-    /// Sets the ceiling to the starting last token plus this.
-    SetCeiling(u64),
+    /// Reclaims up to this many leases, as the core does between rounds.
+    Reclaim(usize),
 }
 
 /// Steps of the client clock: it repeats and goes backwards, and
@@ -906,22 +984,31 @@ fn lease_ref() -> impl Strategy<Value = Ref> {
     ]
 }
 
-fn lease_op() -> impl Strategy<Value = Op> {
+/// Mostly explicit `now`, as the contract's examples use it.
+fn explicit() -> impl Strategy<Value = bool> {
+    prop::bool::weighted(0.7)
+}
+
+fn lease_step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        4 => (any::<Index>(), any::<Index>(), dt(), ttl())
-            .prop_map(|(run, worker, dt, ttl)| Op::Acquire { run, worker, dt, ttl }),
-        3 => (lease_ref(), dt()).prop_map(|(lease, dt)| Op::Heartbeat { lease, dt }),
-        2 => (prop::option::of(any::<Index>()), lease_ref(), dt())
-            .prop_map(|(run, lease, dt)| Op::Validate { run, lease, dt }),
-        2 => lease_ref().prop_map(|lease| Op::Release { lease }),
-        2 => (any::<Index>(), dt()).prop_map(|(run, dt)| Op::Get { run, dt }),
+        4 => (any::<Index>(), any::<Index>(), dt(), ttl(), explicit()).prop_map(
+            |(run, worker, dt, ttl, explicit)| Step::Acquire { run, worker, dt, ttl, explicit }
+        ),
+        3 => (lease_ref(), dt(), explicit())
+            .prop_map(|(lease, dt, explicit)| Step::Heartbeat { lease, dt, explicit }),
+        2 => (prop::option::of(any::<Index>()), lease_ref(), dt(), explicit())
+            .prop_map(|(run, lease, dt, explicit)| Step::Validate { run, lease, dt, explicit }),
+        2 => lease_ref().prop_map(|lease| Step::Release { lease }),
+        2 => (any::<Index>(), dt(), explicit())
+            .prop_map(|(run, dt, explicit)| Step::Get { run, dt, explicit }),
     ]
 }
 
-fn ceiling_op() -> impl Strategy<Value = Op> {
+/// Lease steps with reclaiming in between.
+fn any_step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        6 => lease_op(),
-        1 => (0u64..8).prop_map(Op::SetCeiling),
+        8 => lease_step(),
+        1 => select(vec![0usize, 1, 3, usize::MAX]).prop_map(Step::Reclaim),
     ]
 }
 
@@ -963,104 +1050,102 @@ fn resolve_ref(lease: &Ref, model: &Model) -> (Option<Vec<u8>>, Vec<u8>, u64) {
     }
 }
 
-/// Turns an operation into a command: `now` is the client clock, moved
-/// by each operation's step.
-fn resolve(op: &Op, model: &Model, now: &mut f64, first_token: u64) -> Cmd {
-    let mut step = |dt: f64| {
+/// Turns a step into an op and the server's clock for it: the client's
+/// clock `now`, moved by the step.
+fn resolve(step: &Step, model: &Model, now: &mut f64) -> (Op, f64) {
+    let mut tick = |dt: f64, explicit: bool| {
         *now += dt;
-        *now
+        explicit.then_some(*now)
     };
-    match op {
-        Op::Acquire {
+    let op = match step {
+        Step::Acquire {
             run,
             worker,
             dt,
             ttl,
-        } => Cmd::Acquire {
-            run: run.get(&RUNS).to_vec(),
-            worker: worker.get(&WORKERS).to_vec(),
-            now: step(*dt),
+            explicit,
+        } => Op::Acquire {
+            run_id: Bytes::from_static(RUNS[run.index(RUNS.len())]),
+            worker_id: Bytes::from_static(WORKERS[worker.index(WORKERS.len())]),
+            now: tick(*dt, *explicit),
             ttl: *ttl,
         },
-        Op::Heartbeat { lease, dt } => {
+        Step::Heartbeat {
+            lease,
+            dt,
+            explicit,
+        } => {
             let (_, lease_id, token) = resolve_ref(lease, model);
-            Cmd::Heartbeat {
-                lease_id,
+            Op::Heartbeat {
+                lease_id: lease_id.into(),
                 token,
-                now: step(*dt),
+                now: tick(*dt, *explicit),
             }
         }
-        Op::Validate { run, lease, dt } => {
+        Step::Validate {
+            run,
+            lease,
+            dt,
+            explicit,
+        } => {
             let (lease_run, lease_id, token) = resolve_ref(lease, model);
             let run = match run {
                 Some(index) => index.get(&RUNS).to_vec(),
                 None => lease_run.unwrap_or_else(|| RUNS[0].to_vec()),
             };
-            Cmd::Validate {
-                run,
-                lease_id,
+            Op::Validate {
+                run_id: run.into(),
+                lease_id: lease_id.into(),
                 token,
-                now: step(*dt),
+                now: tick(*dt, *explicit),
             }
         }
-        Op::Release { lease } => {
+        Step::Release { lease } => {
             let (_, lease_id, token) = resolve_ref(lease, model);
-            Cmd::Release { lease_id, token }
+            Op::Release {
+                lease_id: lease_id.into(),
+                token,
+            }
         }
-        Op::Get { run, dt } => Cmd::Get {
-            run: run.get(&RUNS).to_vec(),
-            now: step(*dt),
+        Step::Get { run, dt, explicit } => Op::Get {
+            run_id: Bytes::from_static(RUNS[run.index(RUNS.len())]),
+            now: tick(*dt, *explicit),
         },
-        Op::SetCeiling(delta) => Cmd::SetCeiling(first_token + delta),
-    }
+        Step::Reclaim(max) => Op::Reclaim { max: *max },
+    };
+    (op, *now)
 }
 
-/// Runs `ops` against a registry and the model, both made with these
-/// arguments, comparing every reply and the observable state after it.
+/// Runs `steps` against a registry and the model, comparing every outcome
+/// and the observable state after it. A retention of 0 keeps expired
+/// leases forever, as the `lease-retention` directive has it.
 fn check_against_model(
-    default_ttl: f64,
-    last_token: u64,
-    ceiling: u64,
-    ops: &[Op],
-) -> Result<(), TestCaseError> {
-    check_with_retention(default_ttl, f64::INFINITY, last_token, ceiling, ops, 0)
-}
-
-/// [`check_against_model`] with a retention, reclaiming up to `sweep`
-/// leases after each step as the core does between rounds.
-fn check_with_retention(
     default_ttl: f64,
     retention: f64,
     last_token: u64,
-    ceiling: u64,
-    ops: &[Op],
-    sweep: usize,
+    steps: &[Step],
 ) -> Result<(), TestCaseError> {
-    let mut registry = Registry::new(default_ttl, last_token, ceiling);
+    let mut registry = Registry::new(default_ttl, last_token);
     registry.set_retention(retention);
-    let mut model = Model::new(default_ttl, last_token, ceiling);
-    // A retention of 0 keeps expired leases forever, as the
-    // `lease-retention` directive has it.
-    model.retention = if retention > 0.0 {
-        retention
-    } else {
-        f64::INFINITY
-    };
+    let mut model = Model::new(default_ttl, last_token);
+    model.retention = registry.retention();
     let mut now = 0.0;
-    for (step, op) in ops.iter().enumerate() {
-        let cmd = resolve(op, &model, &mut now, last_token);
-        step_both(&mut registry, &mut model, &cmd)
-            .map_err(|error| TestCaseError::fail(format!("step {step}: {error}")))?;
-        registry.reclaim(sweep);
+    for (index, step) in steps.iter().enumerate() {
+        let (op, clock) = resolve(step, &model, &mut now);
+        step_both(&mut registry, &mut model, &op, clock)
+            .map_err(|error| TestCaseError::fail(format!("step {index}: {error}")))?;
         check_state(&registry, &model)
-            .map_err(|error| TestCaseError::fail(format!("after step {step}: {error}")))?;
+            .map_err(|error| TestCaseError::fail(format!("after step {index}: {error}")))?;
     }
     check_runs(&mut registry, &mut model).map_err(TestCaseError::fail)?;
     Ok(())
 }
 
+/// A lease as a snapshot reads it: run, worker, token, expiry, TTL.
+type Held = (Bytes, Bytes, u64, f64, f64);
+
 /// Every lease a registry holds, in token order, for comparing state.
-fn dump(registry: &Registry) -> Vec<(Bytes, Bytes, u64, f64, f64)> {
+fn dump(registry: &Registry) -> Vec<Held> {
     let mut leases = Vec::new();
     let mut from = Some(0);
     while let Some(at) = from {
@@ -1078,39 +1163,50 @@ fn dump(registry: &Registry) -> Vec<(Bytes, Bytes, u64, f64, f64)> {
     leases
 }
 
-/// Runs `ops` on a recording registry. A replica fed its changes must
+/// Everything that makes a registry's state: its leases, last token and
+/// registry time.
+fn state(registry: &Registry) -> (Vec<Held>, u64, f64) {
+    (dump(registry), registry.last_token(), registry.time())
+}
+
+/// Runs `steps` on a recording registry. A replica fed its changes must
 /// match it after every step; and a snapshot walked `chunk` slots at a
 /// time from step `start`, while the ops go on, followed by the changes
 /// made since `start`, must rebuild the final state.
 fn check_changes_rebuild_state(
-    ops: &[Op],
+    steps: &[Step],
     start: usize,
     chunk: usize,
 ) -> Result<(), TestCaseError> {
-    let mut live = Registry::new(3.0, 0, u64::MAX);
+    let mut live = Registry::new(3.0, 0);
     live.set_recording(true);
-    let mut replica = Registry::new(3.0, 0, u64::MAX);
-    let mut model = Model::new(3.0, 0, u64::MAX);
+    let mut replica = Registry::new(3.0, 0);
+    let mut model = Model::new(3.0, 0);
     let mut now = 0.0;
     let mut snapshot = Vec::new();
     let mut since_start = Vec::new();
     let mut cursor = None;
-    for (step, op) in ops.iter().enumerate() {
-        if step == start {
+    for (index, step) in steps.iter().enumerate() {
+        if index == start {
             snapshot.push(Change::LastToken(live.last_token()));
+            snapshot.push(Change::Time(live.time()));
             cursor = Some(0);
         }
-        let cmd = resolve(op, &model, &mut now, 0);
-        model.apply(&cmd);
-        apply(&mut live, &cmd);
+        let (op, clock) = resolve(step, &model, &mut now);
+        model.apply(&op, clock);
+        live.apply(&op, clock);
         for change in live.take_changes() {
-            replica.apply(change.clone());
-            if step >= start {
+            replica.replay(change.clone());
+            if index >= start {
                 since_start.push(change);
             }
         }
-        prop_assert_eq!(dump(&replica), dump(&live), "replica after step {}", step);
-        prop_assert_eq!(replica.last_token(), live.last_token());
+        prop_assert_eq!(
+            state(&replica),
+            state(&live),
+            "replica after step {}",
+            index
+        );
         if let Some(from) = cursor {
             cursor = live.snapshot(from, chunk, |lease| snapshot.push(lease.to_change()));
         }
@@ -1118,14 +1214,13 @@ fn check_changes_rebuild_state(
     while let Some(from) = cursor {
         cursor = live.snapshot(from, chunk, |lease| snapshot.push(lease.to_change()));
     }
-    let mut rebuilt = Registry::new(3.0, 0, u64::MAX);
+    let mut rebuilt = Registry::new(3.0, 0);
     for change in snapshot.into_iter().chain(since_start) {
-        rebuilt.apply(change);
+        rebuilt.replay(change);
     }
-    prop_assert_eq!(dump(&rebuilt), dump(&live));
-    prop_assert_eq!(rebuilt.last_token(), live.last_token());
+    prop_assert_eq!(state(&rebuilt), state(&live));
     // Applying the same changes again changes nothing.
-    let mut again = Registry::new(3.0, 0, u64::MAX);
+    let mut again = Registry::new(3.0, 0);
     live.set_recording(false);
     let mut all = Vec::new();
     let mut from = Some(0);
@@ -1133,9 +1228,81 @@ fn check_changes_rebuild_state(
         from = live.snapshot(at, 7, |lease| all.push(lease.to_change()));
     }
     for change in all.iter().chain(all.iter()) {
-        again.apply(change.clone());
+        again.replay(change.clone());
     }
     prop_assert_eq!(dump(&again), dump(&live));
+    Ok(())
+}
+
+/// What one way of batching `ops` gave: the outcomes, the changes in
+/// order, and the log the rounds wrote.
+struct Batched {
+    registry: Registry,
+    outcomes: Vec<Outcome>,
+    changes: Vec<Change>,
+    log: Vec<u8>,
+}
+
+/// Applies `ops` (each with its clock) in rounds that end after the
+/// indexes in `ends`, as the core does: every op of a round applied in
+/// order, then the round's changes taken and written as one log round.
+fn run_in_rounds(ops: &[(Op, f64)], ends: &[usize]) -> Batched {
+    let mut registry = Registry::new(3.0, 0);
+    registry.set_retention(2.5);
+    registry.set_recording(true);
+    let (mut outcomes, mut changes) = (Vec::new(), Vec::new());
+    let mut log = BytesMut::from(crate::aof::format::HEADER);
+    let mut round = Round::default();
+    for (index, (op, clock)) in ops.iter().enumerate() {
+        outcomes.push(registry.apply(op, *clock));
+        if ends.contains(&index) || index + 1 == ops.len() {
+            for change in registry.take_changes() {
+                round.push(&change);
+                changes.push(change);
+            }
+            round.close();
+            log.extend_from_slice(round.bytes());
+            round.clear();
+        }
+    }
+    Batched {
+        registry,
+        outcomes,
+        changes,
+        log: log.to_vec(),
+    }
+}
+
+/// The same ops at the same clocks, applied one round per op and in
+/// rounds cut at random, give the same outcomes, the same changes in the
+/// same order and the same state; and either log, replayed, rebuilds
+/// that state.
+fn check_batching(steps: &[Step], ends: &[usize]) -> Result<(), TestCaseError> {
+    // Resolve against a model so the ops name real leases.
+    let mut model = Model::new(3.0, 0);
+    model.retention = 2.5;
+    let mut now = 0.0;
+    let ops: Vec<(Op, f64)> = steps
+        .iter()
+        .map(|step| {
+            let (op, clock) = resolve(step, &model, &mut now);
+            model.apply(&op, clock);
+            (op, clock)
+        })
+        .collect();
+    let every: Vec<usize> = (0..ops.len()).collect();
+    let one_by_one = run_in_rounds(&ops, &every);
+    let batched = run_in_rounds(&ops, ends);
+    prop_assert_eq!(&one_by_one.outcomes, &batched.outcomes);
+    prop_assert_eq!(&one_by_one.changes, &batched.changes);
+    let live = state(&one_by_one.registry);
+    prop_assert_eq!(&live, &state(&batched.registry));
+    for log in [&one_by_one.log, &batched.log] {
+        let mut replayed = Registry::new(3.0, 0);
+        crate::aof::format::replay(&log[..], |change| replayed.replay(change))
+            .map_err(|error| TestCaseError::fail(error.to_string()))?;
+        prop_assert_eq!(&state(&replayed), &live);
+    }
     Ok(())
 }
 
@@ -1152,10 +1319,12 @@ fn nothing_is_recorded_unless_asked() {
     assert_eq!(
         changes,
         vec![
+            Change::Time(1.0),
             Change::Extend {
                 fencing_token: 1,
                 expires_at: 11.0
             },
+            Change::Time(2.0),
             Change::Remove { fencing_token: 1 },
         ]
     );
@@ -1163,36 +1332,41 @@ fn nothing_is_recorded_unless_asked() {
 
 proptest! {
     #[test]
-    fn registry_matches_the_model(ops in prop::collection::vec(lease_op(), 1..80)) {
-        check_against_model(3.0, 0, u64::MAX, &ops)?;
+    fn registry_matches_the_model(steps in prop::collection::vec(lease_step(), 1..80)) {
+        check_against_model(3.0, 0.0, 0, &steps)?;
     }
 
     #[test]
-    fn registry_matches_the_model_with_retention(
+    fn registry_matches_the_model_with_retention_and_reclaiming(
         retention in select(vec![0.5, 1.0, 2.5, 7.0]),
-        sweep in select(vec![0usize, 1, 3, usize::MAX]),
-        ops in prop::collection::vec(lease_op(), 1..80),
+        steps in prop::collection::vec(any_step(), 1..80),
     ) {
-        check_with_retention(3.0, retention, 0, u64::MAX, &ops, sweep)?;
+        check_against_model(3.0, retention, 0, &steps)?;
     }
 
     #[test]
-    fn registry_matches_the_model_near_its_token_limits(
-        near_max in any::<bool>(),
-        headroom in 0u64..4,
-        ops in prop::collection::vec(ceiling_op(), 1..60),
+    fn registry_matches_the_model_near_the_last_token(
+        steps in prop::collection::vec(lease_step(), 1..40),
     ) {
-        let last_token = if near_max { MAX_TOKEN - 4 } else { 0 };
-        check_against_model(3.0, last_token, last_token + headroom, &ops)?;
+        check_against_model(3.0, 0.0, MAX_TOKEN - 4, &steps)?;
     }
 
     #[test]
     fn changes_and_fuzzy_snapshots_rebuild_the_state(
-        ops in prop::collection::vec(lease_op(), 1..80),
+        steps in prop::collection::vec(any_step(), 1..80),
         start in any::<Index>(),
         chunk in 1usize..6,
     ) {
-        let start = start.index(ops.len());
-        check_changes_rebuild_state(&ops, start, chunk)?;
+        let start = start.index(steps.len());
+        check_changes_rebuild_state(&steps, start, chunk)?;
+    }
+
+    #[test]
+    fn the_same_ops_give_the_same_state_and_changes_however_batched(
+        steps in prop::collection::vec(any_step(), 1..80),
+        ends in prop::collection::vec(any::<Index>(), 0..10),
+    ) {
+        let ends: Vec<usize> = ends.iter().map(|end| end.index(steps.len())).collect();
+        check_batching(&steps, &ends)?;
     }
 }

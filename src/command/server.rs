@@ -1,0 +1,331 @@
+//! The parse steps of the commands the connection answers itself or
+//! passes to the core as admin work: connection, client, server and
+//! configuration commands.
+
+use super::args::{Args, not_an_integer, syntax_error};
+use super::{ClientAttr, ClientFilter, Command, KillFilter, SlowlogCommand, table, truncated};
+use crate::number::parse_i64;
+use crate::reply::{Protocol, Reply};
+
+pub fn parse_bgrewriteaof(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::RewriteLog)
+}
+
+pub fn parse_info(args: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Info(args.take_rest()))
+}
+
+pub fn parse_ping(args: &mut Args) -> Result<Command, Reply> {
+    let message = args.next();
+    args.finish("ping")?;
+    Ok(Command::Ping(message))
+}
+
+pub fn parse_echo(args: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Echo(args.required()))
+}
+
+/// `HELLO [protover [AUTH username password] [SETNAME clientname]]`
+pub fn parse_hello(args: &mut Args) -> Result<Command, Reply> {
+    let protocol = match args.next() {
+        None => None,
+        Some(version) => Some(match parse_i64(&version) {
+            None => {
+                return Err(Reply::error(
+                    "ERR Protocol version is not an integer or out of range",
+                ));
+            }
+            Some(2) => Protocol::Resp2,
+            Some(3) => Protocol::Resp3,
+            Some(_) => return Err(Reply::error("NOPROTO unsupported protocol version")),
+        }),
+    };
+    let mut auth = None;
+    let mut set_name = None;
+    while let Some(option) = args.next() {
+        if option.eq_ignore_ascii_case(b"auth") && args.len() >= 2 {
+            auth = Some((args.required(), args.required()));
+        } else if option.eq_ignore_ascii_case(b"setname") && args.len() >= 1 {
+            set_name = Some(args.required());
+        } else {
+            return Err(Reply::error(format!(
+                "ERR Syntax error in HELLO option '{}'",
+                truncated(&option)
+            )));
+        }
+    }
+    Ok(Command::Hello {
+        protocol,
+        auth,
+        set_name,
+    })
+}
+
+/// `AUTH [username] password`
+pub fn parse_auth(args: &mut Args) -> Result<Command, Reply> {
+    match args.len() {
+        1 => Ok(Command::Auth {
+            username: None,
+            password: args.required(),
+        }),
+        2 => Ok(Command::Auth {
+            username: Some(args.required()),
+            password: args.required(),
+        }),
+        _ => Err(syntax_error()),
+    }
+}
+
+pub fn parse_quit(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Quit)
+}
+
+pub fn parse_reset(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Reset)
+}
+
+/// `SELECT index`: there is one database, number 0.
+pub fn parse_select(args: &mut Args) -> Result<Command, Reply> {
+    match parse_i64(&args.required()) {
+        None => Err(not_an_integer()),
+        Some(0) => Ok(Command::Select),
+        Some(_) => Err(Reply::error("ERR DB index is out of range")),
+    }
+}
+
+pub fn parse_time(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Time)
+}
+
+/// `SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]`: the log is always
+/// flushed, so the save modifiers change nothing here.
+pub fn parse_shutdown(args: &mut Args) -> Result<Command, Reply> {
+    for option in args.take_rest() {
+        let known = [&b"nosave"[..], b"save", b"now", b"force"]
+            .iter()
+            .any(|word| option.eq_ignore_ascii_case(word));
+        if option.eq_ignore_ascii_case(b"abort") {
+            return Err(Reply::error("ERR No shutdown in progress."));
+        }
+        if !known {
+            return Err(syntax_error());
+        }
+    }
+    Ok(Command::Shutdown)
+}
+
+pub fn parse_client_setname(args: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::ClientSetName(args.required()))
+}
+
+pub fn parse_client_getname(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::ClientGetName)
+}
+
+pub fn parse_client_id(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::ClientId)
+}
+
+pub fn parse_client_info(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::ClientInfo)
+}
+
+/// `CLIENT SETINFO LIB-NAME|LIB-VER value`
+pub fn parse_client_setinfo(args: &mut Args) -> Result<Command, Reply> {
+    let attr = args.required();
+    let value = args.required();
+    let attr = if attr.eq_ignore_ascii_case(b"lib-name") {
+        ClientAttr::LibName
+    } else if attr.eq_ignore_ascii_case(b"lib-ver") {
+        ClientAttr::LibVer
+    } else {
+        return Err(Reply::error(format!(
+            "ERR Unrecognized option '{}'",
+            truncated(&attr)
+        )));
+    };
+    Ok(Command::ClientSetInfo(attr, value))
+}
+
+/// `CLIENT LIST [TYPE normal|master|replica|pubsub] [ID id [id ...]]`
+pub fn parse_client_list(args: &mut Args) -> Result<Command, Reply> {
+    let Some(option) = args.next() else {
+        return Ok(Command::ClientList(ClientFilter::All));
+    };
+    if option.eq_ignore_ascii_case(b"type") && args.len() == 1 {
+        let normal = client_type_is_normal(&args.required())?;
+        return Ok(Command::ClientList(ClientFilter::NormalOnly(normal)));
+    }
+    if option.eq_ignore_ascii_case(b"id") && args.len() >= 1 {
+        let mut ids = Vec::with_capacity(args.len());
+        for id in args.take_rest() {
+            match parse_i64(&id) {
+                Some(id) if id > 0 => ids.push(id as u64),
+                _ => return Err(Reply::error("ERR Invalid client ID")),
+            }
+        }
+        return Ok(Command::ClientList(ClientFilter::Ids(ids)));
+    }
+    Err(syntax_error())
+}
+
+/// `CLIENT KILL addr`, or `CLIENT KILL <filter value> ...` with the
+/// filters `ID`, `ADDR`, `LADDR`, `USER`, `TYPE`, `SKIPME` and `MAXAGE`.
+pub fn parse_client_kill(args: &mut Args) -> Result<Command, Reply> {
+    if args.len() == 1 {
+        return Ok(Command::ClientKill(KillFilter {
+            legacy: true,
+            addr: Some(args.required()),
+            ..KillFilter::default()
+        }));
+    }
+    let mut filter = KillFilter {
+        skip_me: true,
+        ..KillFilter::default()
+    };
+    while let Some(option) = args.next() {
+        let Some(value) = args.next() else {
+            return Err(syntax_error());
+        };
+        let option = option.to_ascii_lowercase();
+        match &option[..] {
+            b"id" => match parse_i64(&value) {
+                Some(id) if id > 0 => filter.id = Some(id as u64),
+                _ => return Err(Reply::error("ERR client-id should be greater than 0")),
+            },
+            b"addr" => filter.addr = Some(value),
+            b"laddr" => filter.laddr = Some(value),
+            b"user" if &value[..] == b"default" => {}
+            b"user" => {
+                return Err(Reply::error(format!(
+                    "ERR No such user '{}'",
+                    truncated(&value)
+                )));
+            }
+            b"type" => filter.nobody |= !client_type_is_normal(&value)?,
+            b"skipme" if value.eq_ignore_ascii_case(b"yes") => filter.skip_me = true,
+            b"skipme" if value.eq_ignore_ascii_case(b"no") => filter.skip_me = false,
+            b"maxage" => match parse_i64(&value) {
+                Some(age) if age >= 0 => filter.max_age = Some(age as u64),
+                _ => return Err(not_an_integer()),
+            },
+            _ => return Err(syntax_error()),
+        }
+    }
+    Ok(Command::ClientKill(filter))
+}
+
+/// Whether a `TYPE` argument names normal clients, the only kind here;
+/// an error for a name Redis does not know.
+fn client_type_is_normal(kind: &[u8]) -> Result<bool, Reply> {
+    if kind.eq_ignore_ascii_case(b"normal") {
+        return Ok(true);
+    }
+    let known = [&b"master"[..], b"replica", b"slave", b"pubsub"]
+        .iter()
+        .any(|word| kind.eq_ignore_ascii_case(word));
+    if known {
+        Ok(false)
+    } else {
+        Err(Reply::error(format!(
+            "ERR Unknown client type '{}'",
+            truncated(kind)
+        )))
+    }
+}
+
+pub fn parse_monitor(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Monitor)
+}
+
+/// `SLOWLOG GET [count]`: 10 entries by default, all of them for -1.
+pub fn parse_slowlog_get(args: &mut Args) -> Result<Command, Reply> {
+    let count = match args.next() {
+        None => Some(10),
+        Some(count) => match parse_i64(&count) {
+            None => return Err(not_an_integer()),
+            Some(-1) => None,
+            Some(n) if n < -1 => {
+                return Err(Reply::error(
+                    "ERR count should be greater than or equal to -1",
+                ));
+            }
+            Some(n) => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+        },
+    };
+    Ok(Command::Slowlog(SlowlogCommand::Get(count)))
+}
+
+pub fn parse_slowlog_len(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Slowlog(SlowlogCommand::Len))
+}
+
+pub fn parse_slowlog_reset(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Slowlog(SlowlogCommand::Reset))
+}
+
+pub fn parse_slowlog_help(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Help(table::SLOWLOG_HELP))
+}
+
+pub fn parse_command_all(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::CommandInfo(None))
+}
+
+pub fn parse_command_info(args: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::CommandInfo(Some(args.take_rest())))
+}
+
+pub fn parse_command_count(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::CommandCount)
+}
+
+pub fn parse_command_docs(args: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::CommandDocs(args.take_rest()))
+}
+
+pub fn parse_command_list(args: &mut Args) -> Result<Command, Reply> {
+    // FILTERBY narrows by module, ACL category or pattern; none applies here.
+    if args.len() > 0 {
+        return Err(syntax_error());
+    }
+    Ok(Command::CommandList)
+}
+
+pub fn parse_config_get(args: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::ConfigGet(args.take_rest()))
+}
+
+pub fn parse_client_help(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Help(table::CLIENT_HELP))
+}
+
+pub fn parse_command_help(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Help(table::COMMAND_HELP))
+}
+
+pub fn parse_config_help(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Help(table::CONFIG_HELP))
+}
+
+/// `CONFIG SET parameter value [parameter value ...]`: the pairs as given;
+/// the configuration checks them all before changing anything.
+pub fn parse_config_set(args: &mut Args) -> Result<Command, Reply> {
+    let words = args.take_rest();
+    if !words.len().is_multiple_of(2) {
+        return Err(syntax_error());
+    }
+    let pairs = words
+        .chunks(2)
+        .map(|pair| (pair[0].clone(), pair[1].clone()))
+        .collect();
+    Ok(Command::ConfigSet(pairs))
+}
+
+pub fn parse_config_resetstat(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::ConfigResetStat)
+}
+
+pub fn parse_config_rewrite(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::ConfigRewrite)
+}

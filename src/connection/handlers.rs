@@ -1,0 +1,336 @@
+//! What a connection does with one read's requests: lease and admin
+//! commands go to the core as one batch; the others are answered here,
+//! from the session and the shared state. Replies are encoded in request
+//! order, each in the protocol in force when its request was read.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use tracing::{info, warn};
+
+use super::session::NOAUTH;
+use super::words;
+use super::{After, Connection};
+use crate::command::{self, ClientFilter, Command, KillFilter, SlowlogCommand, docs};
+use crate::core::{Answer, CoreCommand};
+use crate::reply::{Protocol, Reply};
+use crate::slowlog::Stopwatch;
+
+/// Where a request's reply comes from, and the protocol to encode it in.
+enum Slot {
+    Ready(Protocol, Reply),
+    /// The core's next answer, to the request at this position; for INFO,
+    /// the sections to render its report in.
+    Core(Protocol, usize, Option<Vec<Bytes>>),
+}
+
+impl<S> Connection<S>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    /// Runs one read's requests and encodes their replies in order.
+    pub(super) async fn execute(&mut self, requests: &mut Vec<Vec<Bytes>>) -> After {
+        self.shared
+            .stats
+            .total_commands_processed
+            .fetch_add(requests.len() as u64, Ordering::Relaxed);
+        if let Some(name) = requests.last().and_then(|args| command::name_of(args)) {
+            self.last_command = Some(name);
+        }
+        let monitored = self.shared.monitors.active();
+        let config = self.shared.config();
+        let (max_id_len, slower_than) = (config.lease_max_id_len, config.slowlog_log_slower_than);
+        drop(config);
+
+        let mut slots = Vec::with_capacity(requests.len());
+        let mut for_core = Vec::new();
+        let mut after = After::Continue;
+        for (index, args) in requests.iter().enumerate() {
+            let protocol = self.session.protocol;
+            if !self.session.authenticated && !allowed_before_auth(args) {
+                slots.push(Slot::Ready(protocol, Reply::error(NOAUTH)));
+                continue;
+            }
+            let parsed = command::parse(args);
+            if monitored && parsed.is_ok() {
+                self.publish(args);
+            }
+            let command = match parsed {
+                Ok(command) => command,
+                Err(reply) => {
+                    slots.push(Slot::Ready(protocol, reply));
+                    continue;
+                }
+            };
+            let (core_command, info) = match command {
+                Command::Lease(op) => {
+                    if let Some(kind) = op.oversized_id(max_id_len) {
+                        slots.push(Slot::Ready(protocol, words::id_too_long(kind, max_id_len)));
+                        continue;
+                    }
+                    (CoreCommand::Op(op), None)
+                }
+                Command::Info(sections) => (CoreCommand::Report, Some(sections)),
+                Command::RewriteLog => (CoreCommand::RewriteLog, None),
+                Command::ConfigSet(pairs) => (CoreCommand::Configure(pairs), None),
+                Command::ConfigResetStat => (CoreCommand::ResetStats, None),
+                command => {
+                    let mut stopwatch = Stopwatch::start(slower_than);
+                    let (reply, next) = self.apply(command);
+                    if let Some(took) = stopwatch.as_mut().and_then(Stopwatch::lap) {
+                        self.log_slow(args, took);
+                    }
+                    if let Some(reply) = reply {
+                        // In the protocol HELLO may just have chosen.
+                        slots.push(Slot::Ready(self.session.protocol, reply));
+                    }
+                    if next != After::Continue {
+                        // Requests after QUIT or SHUTDOWN are not run.
+                        after = next;
+                        break;
+                    }
+                    continue;
+                }
+            };
+            for_core.push(core_command);
+            slots.push(Slot::Core(protocol, index, info));
+        }
+
+        let answer = if for_core.is_empty() {
+            Answer::default()
+        } else {
+            self.core.call(for_core).await
+        };
+        self.log_slow_core(&slots, requests, &answer.slow);
+        requests.clear();
+
+        let mut answers = answer.answers.into_iter();
+        for slot in slots {
+            let (protocol, reply) = match slot {
+                Slot::Ready(protocol, reply) => (protocol, reply),
+                Slot::Core(protocol, _, info) => {
+                    let answer = answers.next().expect("one answer per command");
+                    (protocol, words::answer(answer, info, &self.shared))
+                }
+            };
+            reply.encode(protocol, &mut self.write_buf);
+        }
+        after
+    }
+
+    /// Puts the core's slow commands in the slow log: `slow` holds their
+    /// positions among the commands sent to the core.
+    fn log_slow_core(&self, slots: &[Slot], requests: &[Vec<Bytes>], slow: &[(usize, Duration)]) {
+        for &(nth, took) in slow {
+            let index = slots
+                .iter()
+                .filter_map(|slot| match slot {
+                    Slot::Core(_, index, _) => Some(*index),
+                    Slot::Ready(..) => None,
+                })
+                .nth(nth)
+                .expect("one slot per core command");
+            self.log_slow(&requests[index], took);
+        }
+    }
+
+    /// Shows a command to the monitors, unless it is an administrative one
+    /// (as Redis hides those).
+    fn publish(&self, args: &[Bytes]) {
+        if command::name_of(args).is_some_and(|name| !name.is_admin()) {
+            self.shared.monitors.publish(self.client.addr, args);
+        }
+    }
+
+    fn log_slow(&self, args: &[Bytes], took: Duration) {
+        let max_len = self.shared.config().slowlog_max_len;
+        let name = self.session.name.clone().unwrap_or_default();
+        self.shared
+            .slowlog
+            .record(max_len, args, took, self.client.addr, name);
+    }
+
+    /// Answers a command that needs only this connection and the server.
+    fn apply(&mut self, command: Command) -> (Option<Reply>, After) {
+        let reply = match command {
+            Command::Quit => return (Some(Reply::OK), After::Close),
+            Command::Shutdown => return (None, After::Shutdown),
+            Command::Lease(_)
+            | Command::Info(_)
+            | Command::RewriteLog
+            | Command::ConfigSet(_)
+            | Command::ConfigResetStat => unreachable!("the core answers these"),
+            Command::Ping(None) => Reply::Status("PONG"),
+            Command::Ping(Some(message)) | Command::Echo(message) => Reply::Bulk(message),
+            Command::Hello {
+                protocol,
+                auth,
+                set_name,
+            } => {
+                let requirepass = self.shared.config().requirepass.clone();
+                match self.session.hello(&requirepass, protocol, auth, set_name) {
+                    Ok(()) => self.hello_map(),
+                    Err(reply) => reply,
+                }
+            }
+            Command::Auth { username, password } => {
+                let requirepass = self.shared.config().requirepass.clone();
+                let done = self
+                    .session
+                    .auth(&requirepass, username.as_deref(), &password);
+                done.map(|()| Reply::OK).unwrap_or_else(|e| e)
+            }
+            Command::Reset => {
+                self.session.reset(&self.shared.config().requirepass);
+                self.monitor = None;
+                self.client.meta().monitor = false;
+                Reply::Status("RESET")
+            }
+            Command::Select => Reply::OK,
+            Command::ClientSetName(name) => ok_or(self.session.set_name(name)),
+            Command::ClientGetName => self.session.name.clone().map_or(Reply::Null, Reply::Bulk),
+            Command::ClientId => Reply::Int(self.client.id as i64),
+            Command::ClientSetInfo(attr, value) => ok_or(self.session.set_info(attr, value)),
+            Command::ClientInfo => {
+                self.report_status();
+                Reply::Verbatim(self.client.describe().into())
+            }
+            Command::ClientList(filter) => {
+                self.report_status();
+                self.client_list(&filter)
+            }
+            Command::ClientKill(filter) => return self.client_kill(&filter),
+            Command::Monitor => {
+                if self.monitor.is_none() {
+                    self.monitor = Some(self.shared.monitors.subscribe());
+                    self.client.meta().monitor = true;
+                }
+                Reply::OK
+            }
+            Command::Slowlog(SlowlogCommand::Get(count)) => self.shared.slowlog.get(count),
+            Command::Slowlog(SlowlogCommand::Len) => Reply::Int(self.shared.slowlog.len() as i64),
+            Command::Slowlog(SlowlogCommand::Reset) => {
+                self.shared.slowlog.reset();
+                Reply::OK
+            }
+            Command::CommandInfo(names) => docs::info(names.as_deref()),
+            Command::CommandCount => docs::count(),
+            Command::CommandDocs(names) => docs::docs(&names),
+            Command::CommandList => docs::list(),
+            Command::ConfigGet(patterns) => self.config_get(&patterns),
+            Command::ConfigRewrite => self.config_rewrite(),
+            Command::Help(lines) => {
+                Reply::Array(lines.iter().map(|line| Reply::Status(line)).collect())
+            }
+            Command::Time => time(),
+        };
+        (Some(reply), After::Continue)
+    }
+
+    /// HELLO's reply: the server's map, in the protocol just chosen.
+    fn hello_map(&self) -> Reply {
+        let field = |name: &'static str, value: Reply| (Reply::text(name), value);
+        Reply::Map(vec![
+            field("server", Reply::text("leased")),
+            field("version", Reply::text(env!("CARGO_PKG_VERSION"))),
+            field("proto", Reply::Int(self.session.protocol.version())),
+            field("id", Reply::Int(self.client.id as i64)),
+            field("mode", Reply::text("standalone")),
+            field("role", Reply::text("master")),
+            field("modules", Reply::Array(Vec::new())),
+        ])
+    }
+
+    /// `CLIENT KILL`: the old form answers `OK` or an error, the new one
+    /// how many clients it closed. A client that closes itself gets its
+    /// reply first.
+    fn client_kill(&self, filter: &KillFilter) -> (Option<Reply>, After) {
+        let killed = self.shared.clients.kill(filter, self.client.id);
+        let reply = match (filter.legacy, killed) {
+            (true, 0) => Reply::error("ERR No such client"),
+            (true, _) => Reply::OK,
+            (false, n) => Reply::Int(n as i64),
+        };
+        let after = if self.client.killed.is_cancelled() {
+            After::Close
+        } else {
+            After::Continue
+        };
+        (Some(reply), after)
+    }
+
+    fn client_list(&self, filter: &ClientFilter) -> Reply {
+        let clients = self.shared.clients.snapshot();
+        let text: String = clients
+            .iter()
+            .filter(|client| match filter {
+                ClientFilter::All => true,
+                ClientFilter::NormalOnly(normal) => *normal,
+                ClientFilter::Ids(ids) => ids.contains(&client.id),
+            })
+            .map(|client| client.describe())
+            .collect();
+        Reply::Verbatim(text.into())
+    }
+
+    /// `CONFIG GET pattern ...`: each matching parameter once.
+    fn config_get(&self, patterns: &[Bytes]) -> Reply {
+        let config = self.shared.config();
+        let mut found: Vec<(&'static str, String)> = Vec::new();
+        for pattern in patterns {
+            for (name, value) in config.get(pattern) {
+                if !found.iter().any(|(seen, _)| *seen == name) {
+                    found.push((name, value));
+                }
+            }
+        }
+        Reply::Map(
+            found
+                .into_iter()
+                .map(|(name, value)| (Reply::text(name), Reply::bulk(value)))
+                .collect(),
+        )
+    }
+
+    /// `CONFIG REWRITE`: the running values into the file the server was
+    /// started with, as Redis does, on this task (it is rare, and Redis
+    /// too writes the file inline).
+    fn config_rewrite(&self) -> Reply {
+        let config = self.shared.config();
+        let Some(path) = &config.config_file else {
+            return Reply::error("ERR The server is running without a config file");
+        };
+        match config.rewrite(path) {
+            Ok(()) => {
+                info!("CONFIG REWRITE executed with success.");
+                Reply::OK
+            }
+            Err(error) => {
+                warn!("CONFIG REWRITE failed: {error}");
+                Reply::error(format!("ERR {error}"))
+            }
+        }
+    }
+}
+
+/// What a client may send before it has authenticated: the commands
+/// flagged `no_auth` in the command table.
+fn allowed_before_auth(args: &[Bytes]) -> bool {
+    command::name_of(args).is_some_and(|name| name.allowed_before_auth())
+}
+
+fn ok_or(done: Result<(), Reply>) -> Reply {
+    done.map(|()| Reply::OK).unwrap_or_else(|error| error)
+}
+
+/// `TIME`: wall-clock seconds and microseconds, as bulk strings.
+fn time() -> Reply {
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    Reply::Array(vec![
+        Reply::bulk(now.as_secs().to_string()),
+        Reply::bulk(now.subsec_micros().to_string()),
+    ])
+}

@@ -1,0 +1,78 @@
+//! The core's answers in the words a Redis client expects: outcomes as
+//! replies, refusals and failures as Redis-style errors.
+
+use bytes::Bytes;
+
+use crate::aof::RewriteError;
+use crate::core::{CoreAnswer, Refusal};
+use crate::info;
+use crate::registry::{IdKind, Outcome};
+use crate::reply::Reply;
+use crate::state::Shared;
+
+/// The reply to a core answer; `info` holds the sections of an INFO.
+pub fn answer(answer: CoreAnswer, info: Option<Vec<Bytes>>, shared: &Shared) -> Reply {
+    match answer {
+        CoreAnswer::Outcome(outcome) => outcome_reply(outcome),
+        CoreAnswer::Refused(refusal) => refusal_reply(&refusal),
+        CoreAnswer::Report(report) => {
+            let sections = info.unwrap_or_default();
+            Reply::Verbatim(info::render(&sections, shared, &report).into())
+        }
+        CoreAnswer::Rewrite(Ok(())) => {
+            Reply::Status("Background append only file rewriting started")
+        }
+        CoreAnswer::Rewrite(Err(RewriteError::InProgress)) => {
+            Reply::error("ERR Background append only file rewriting already in progress")
+        }
+        CoreAnswer::Rewrite(Err(RewriteError::Start(error))) => Reply::error(format!(
+            "ERR cannot start rewriting the append-only log: {error}"
+        )),
+        CoreAnswer::Configured(Ok(())) | CoreAnswer::Reset => Reply::OK,
+        CoreAnswer::Configured(Err(error)) => Reply::error(format!("ERR {error}")),
+    }
+}
+
+fn outcome_reply(outcome: Outcome) -> Reply {
+    match outcome {
+        Outcome::Acquired(Some(lease)) => Reply::lease(lease, None),
+        Outcome::Acquired(None) | Outcome::Got(None) => Reply::Null,
+        Outcome::Got(Some((lease, expired))) => Reply::lease(lease, Some(expired)),
+        Outcome::Flag(done) => Reply::Int(i64::from(done)),
+        Outcome::Scanned { next, runs } => Reply::Array(vec![
+            Reply::bulk(next.to_string()),
+            Reply::Array(runs.into_iter().map(Reply::Bulk).collect()),
+        ]),
+        Outcome::Count(count) | Outcome::Reclaimed(count) => Reply::Int(count as i64),
+        Outcome::TokensExhausted => {
+            Reply::error("ERR every fencing token up to 2^63-1 has been issued")
+        }
+    }
+}
+
+fn refusal_reply(refusal: &Refusal) -> Reply {
+    match refusal {
+        Refusal::Log(error) => {
+            Reply::error(format!("MISCONF Errors writing to the AOF file: {error}"))
+        }
+        Refusal::Ceiling(error) => Reply::error(format!(
+            "MISCONF Errors writing the fencing-token ceiling to disk ({}); acquires are \
+             refused until it can be written",
+            error.0
+        )),
+        Refusal::FutureNow { max_skew } => Reply::error(format!(
+            "ERR now is more than {max_skew} seconds ahead of the server's clock \
+             (lease-max-skew); send seconds since the Unix epoch, or omit now"
+        )),
+        Refusal::NoLog => Reply::error("ERR the append-only log is disabled (appendonly no)"),
+        Refusal::ShuttingDown => Reply::error("ERR the server is shutting down"),
+    }
+}
+
+/// A run or worker id longer than `lease-max-id-len`.
+pub fn id_too_long(kind: IdKind, max: usize) -> Reply {
+    Reply::error(format!(
+        "ERR {} id is longer than {max} bytes (lease-max-id-len)",
+        kind.as_str()
+    ))
+}

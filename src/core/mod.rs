@@ -1,0 +1,265 @@
+//! The core: the single owner of the registry, the append-only log and the
+//! token ceiling, a task of its own on the connections' runtime.
+//!
+//! Connections send it one batch per socket read (all the core's commands
+//! of that read), so a pipelining client costs one message per read, not
+//! one per command. The core drains every queued batch, applies them in
+//! order with the registry's one deterministic [`Registry::apply`], writes
+//! their changes to the log with one write (and with `appendfsync always`
+//! one fsync), and only then answers them all: group commit. While it
+//! waits on the disk (the fsync runs on the runtime's blocking pool),
+//! connections go on reading, and their batches queue up and make the next
+//! round larger.
+//!
+//! Answers are data ([`CoreAnswer`]): the connection words them for its
+//! client, and INFO and the metrics endpoint render a [`CoreReport`], off
+//! this task.
+//!
+//! A task rather than a thread, by measurement (docs/benchmarks.md): on
+//! the default one-thread runtime a request reaches the core and its reply
+//! comes back without waking another thread, which on two cores gave about
+//! 60% more unpipelined acquires per second than a core thread of its own.
+//!
+//! Work that is not a client's request (reclaiming leases past retention,
+//! a log rewrite under way) is scheduled by the core's timer: it runs when
+//! due and no request is waiting, a bounded step at a time.
+
+mod report;
+mod task;
+mod tokens;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tracing::{error, info, warn};
+
+use crate::aof::{Log, LogOptions, OpenError, RewriteError, WriteError};
+use crate::ceiling::{DataDir, DataDirError};
+use crate::config::{Config, SetError};
+use crate::registry::{Op, Outcome, Registry};
+use crate::state::Shared;
+use task::Core;
+use tokens::Tokens;
+
+pub use report::{CommandStats, CoreReport};
+pub use tokens::{CeilingError, TOKEN_BLOCK};
+
+/// Batches queued before connections wait for the core.
+const QUEUE_DEPTH: usize = 1024;
+
+/// What a connection asks of the core.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CoreCommand {
+    /// A lease command, or `DBSIZE`.
+    Op(Op),
+    /// The figures INFO and the metrics endpoint render.
+    Report,
+    /// `BGREWRITEAOF`.
+    RewriteLog,
+    /// `CONFIG SET name value ...`: the core applies the new settings it
+    /// owns and makes the new configuration the running one.
+    Configure(Vec<(Bytes, Bytes)>),
+    /// `CONFIG RESETSTAT`: the core's command counts start over.
+    ResetStats,
+}
+
+/// The core's answer to one [`CoreCommand`].
+#[derive(Debug)]
+pub enum CoreAnswer {
+    Outcome(Outcome),
+    /// The command was not applied.
+    Refused(Refusal),
+    Report(Box<CoreReport>),
+    /// `BGREWRITEAOF`: started, or why not.
+    Rewrite(Result<(), RewriteError>),
+    /// `CONFIG SET`: applied, or why not (then nothing changed).
+    Configured(Result<(), SetError>),
+    /// `CONFIG RESETSTAT` done.
+    Reset,
+}
+
+/// Why a command was not applied.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Refusal {
+    /// The log cannot be written: changes are refused rather than
+    /// acknowledged without being durable.
+    Log(WriteError),
+    /// The token ceiling cannot be written: acquires are refused.
+    Ceiling(CeilingError),
+    /// An explicit `now` more than `lease-max-skew` seconds ahead of the
+    /// server's wall clock.
+    FutureNow { max_skew: f64 },
+    /// `BGREWRITEAOF` with `appendonly no`.
+    NoLog,
+    /// The core has stopped.
+    ShuttingDown,
+}
+
+/// The core's answers to a batch.
+#[derive(Debug, Default)]
+pub struct Answer {
+    /// One answer per command, in order.
+    pub answers: Vec<CoreAnswer>,
+    /// The commands (by position in the batch) that ran at least
+    /// `slowlog-log-slower-than`, and how long they took: the connection,
+    /// which has their arguments, puts them in the slow log.
+    pub slow: Vec<(usize, Duration)>,
+}
+
+/// The commands of one read, and where to send their answers.
+struct Batch {
+    commands: Vec<CoreCommand>,
+    reply: oneshot::Sender<Answer>,
+}
+
+/// How connections reach the core. When the last handle is dropped the
+/// core flushes the log, stores the ceiling and ends.
+#[derive(Clone, Debug)]
+pub struct CoreHandle {
+    queue: mpsc::Sender<Batch>,
+}
+
+impl CoreHandle {
+    /// Runs `commands` in order and returns one answer for each.
+    pub async fn call(&self, commands: Vec<CoreCommand>) -> Answer {
+        let count = commands.len();
+        let (reply, answer) = oneshot::channel();
+        if self.queue.send(Batch { commands, reply }).await.is_ok()
+            && let Ok(answer) = answer.await
+        {
+            return answer;
+        }
+        let stopped = || CoreAnswer::Refused(Refusal::ShuttingDown);
+        Answer {
+            answers: std::iter::repeat_with(stopped).take(count).collect(),
+            slow: Vec::new(),
+        }
+    }
+
+    /// The core's figures; `None` once it has stopped.
+    pub async fn report(&self) -> Option<Box<CoreReport>> {
+        match self.call(vec![CoreCommand::Report]).await.answers.pop() {
+            Some(CoreAnswer::Report(report)) => Some(report),
+            _ => None,
+        }
+    }
+}
+
+/// Why the core could not start.
+#[derive(Debug)]
+pub enum StartError {
+    DataDir(DataDirError),
+    Log(OpenError),
+    Ceiling { dir: PathBuf, error: std::io::Error },
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::DataDir(error) => write!(f, "{error}"),
+            StartError::Log(error) => write!(f, "{error}"),
+            StartError::Ceiling { dir, error } => write!(
+                f,
+                "cannot write the token ceiling in '{}': {error}",
+                dir.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// Loads the registry (from the token ceiling, then from the log if it is
+/// on), reserves the first block of tokens, and spawns the core task on
+/// the current runtime. The join handle resolves once the core has flushed
+/// the log and stored the ceiling, after the last [`CoreHandle`] is
+/// dropped.
+pub fn start(
+    data_dir: &DataDir,
+    shared: Arc<Shared>,
+) -> Result<(CoreHandle, JoinHandle<()>), StartError> {
+    let config = shared.config();
+    let last_token = data_dir.read_ceiling().map_err(StartError::DataDir)?;
+    let (mut registry, log) = load(&config, data_dir, last_token).map_err(StartError::Log)?;
+    warn_if_ahead(&registry, &config, shared.clock.now());
+    let tokens =
+        Tokens::start(data_dir.ceiling_writer(), registry.last_token()).map_err(|error| {
+            StartError::Ceiling {
+                dir: data_dir.path().to_path_buf(),
+                error,
+            }
+        })?;
+    registry.set_recording(log.is_some());
+    let core = Core::new(registry, log, tokens, shared.clone());
+    let (queue, batches) = mpsc::channel(QUEUE_DEPTH);
+    let task = tokio::spawn(core.run(batches));
+    let watcher = tokio::spawn(async move {
+        if task.await.is_err() {
+            // The registry's state is in doubt: stop, so a supervisor
+            // restarts the server from its log, rather than answer every
+            // request with an error.
+            error!("The registry core failed; exiting");
+            std::process::exit(70);
+        }
+    });
+    Ok((CoreHandle { queue }, watcher))
+}
+
+/// Rebuilds the registry at start-up from the append-only log, if it is
+/// on. Tokens resume above `last_token` (the stored ceiling) and above
+/// every token in the log.
+fn load(
+    config: &Config,
+    data_dir: &DataDir,
+    last_token: u64,
+) -> Result<(Registry, Option<Log>), OpenError> {
+    let mut registry = Registry::new(config.lease_ttl, last_token);
+    registry.set_retention(config.lease_retention);
+    // Memory only: the start-up warnings (crate::warnings) say so.
+    if !config.appendonly {
+        return Ok((registry, None));
+    }
+    let options = LogOptions {
+        dir: data_dir.path().to_path_buf(),
+        file_name: config.appendfilename.clone(),
+        policy: config.appendfsync,
+        rewrite_percentage: config.auto_aof_rewrite_percentage,
+        rewrite_min_size: config.auto_aof_rewrite_min_size,
+        load_good_prefix: config.aof_load_good_prefix,
+    };
+    let started = Instant::now();
+    let (log, recovery) = Log::open(options, |change| registry.replay(change))?;
+    info!(
+        "Loaded {} records from the append-only log {} in {:.3} seconds: {} leases, \
+         last fencing token {}",
+        recovery.records,
+        log.path().display(),
+        started.elapsed().as_secs_f64(),
+        registry.len(),
+        registry.last_token(),
+    );
+    Ok((registry, Some(log)))
+}
+
+/// Registry time is never moved back; if the log brought it far ahead of
+/// the wall clock (a `now` from before `lease-max-skew` existed, or a
+/// clock set back), the operator should know what that means.
+fn warn_if_ahead(registry: &Registry, config: &Config, wall: f64) {
+    let ahead = registry.time() - wall;
+    if config.lease_max_skew > 0.0 && ahead > config.lease_max_skew {
+        warn!(
+            "Registry time loaded from the log ({}) is {ahead:.3} seconds ahead of this \
+             machine's clock, more than lease-max-skew ({} seconds). It never moves back: \
+             until the clock catches up, commands without `now` are evaluated at registry \
+             time, so leases taken without `now` last their TTL from it and no lease expires \
+             by the clock. Check the machine's clock; if a client sent a wrong `now` before \
+             lease-max-skew refused it, the registry stays ahead until the clock passes it.",
+            registry.time(),
+            config.lease_max_skew
+        );
+    }
+}

@@ -1,0 +1,80 @@
+//! What the core tells INFO and the metrics endpoint: plain figures of the
+//! registry, the log and the lease commands, taken on the core task and
+//! rendered off it.
+
+use crate::aof::LogStatus;
+use crate::registry::{Op, Outcome};
+
+/// The core's figures at one moment.
+#[derive(Clone, Debug)]
+pub struct CoreReport {
+    /// Leases held, active or expired (those past retention count until
+    /// they are reclaimed).
+    pub leases: usize,
+    /// Leases held whose `expires_at` has passed at registry time.
+    pub expired: usize,
+    pub last_token: u64,
+    /// The highest token reserved on disk.
+    pub token_ceiling: u64,
+    /// Registry time, or negative infinity before any `now` was seen.
+    pub registry_time: f64,
+    /// The TTL of acquires without a `TTL` option.
+    pub lease_ttl: f64,
+    pub commands: CommandStats,
+    /// The append-only log's state; `None` with `appendonly no`.
+    pub log: Option<LogStatus>,
+}
+
+/// Successes and failures of each lease command, for `INFO leases`: an
+/// acquire fails when the run is held, a heartbeat, validate or release
+/// when it answers 0, a get when the run has no lease, any of them on an
+/// error.
+#[derive(Clone, Debug, Default)]
+pub struct CommandStats {
+    /// `[succeeded, failed]` for each of [`CommandStats::NAMES`].
+    pub counts: [[u64; 2]; 5],
+    /// Lookups (heartbeat, validate, get) that found the lease they named,
+    /// answering 1 or a lease, and those that did not, answering 0 or
+    /// null: `keyspace_hits` and `keyspace_misses`. Errors are neither.
+    pub hits: u64,
+    pub misses: u64,
+    /// Leases removed because their retention ran out.
+    pub reclaimed: u64,
+}
+
+impl CommandStats {
+    pub const NAMES: [&'static str; 5] = ["acquire", "heartbeat", "validate", "release", "get"];
+
+    /// Where `op` is counted, if it is one of those.
+    fn slot(op: &Op) -> Option<usize> {
+        Some(match op {
+            Op::Acquire { .. } => 0,
+            Op::Heartbeat { .. } => 1,
+            Op::Validate { .. } => 2,
+            Op::Release { .. } => 3,
+            Op::Get { .. } => 4,
+            _ => return None,
+        })
+    }
+
+    /// Counts `op`, which gave `outcome`, or an error when `None`.
+    pub fn record(&mut self, op: &Op, outcome: Option<&Outcome>) {
+        if let Some(Outcome::Reclaimed(count)) = outcome {
+            self.reclaimed += *count as u64;
+        }
+        let Some(slot) = Self::slot(op) else {
+            return;
+        };
+        let ok = matches!(
+            outcome,
+            Some(Outcome::Flag(true) | Outcome::Acquired(Some(_)) | Outcome::Got(Some(_)))
+        );
+        self.counts[slot][usize::from(!ok)] += 1;
+        let lookup = matches!(Self::NAMES[slot], "heartbeat" | "validate" | "get");
+        match (lookup && outcome.is_some(), ok) {
+            (true, true) => self.hits += 1,
+            (true, false) => self.misses += 1,
+            (false, _) => {}
+        }
+    }
+}

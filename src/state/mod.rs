@@ -1,0 +1,81 @@
+//! What every connection, the core and the views share: the running
+//! configuration, the client table, the counters, the clock, the slow log
+//! and the monitor feed.
+//!
+//! This layer imports nothing above it (no connection, core, server, INFO
+//! or metrics), so those can all depend on it without depending on each
+//! other.
+
+mod clients;
+mod clock;
+mod stats;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arc_swap::{ArcSwap, Guard};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::monitor::Monitors;
+use crate::slowlog::SlowLog;
+
+pub use clients::{ClientEntry, ClientMeta, ClientTable};
+pub use clock::Clock;
+pub use stats::{Instantaneous, Metered, SAMPLE_INTERVAL, Stats, run_sampler};
+
+#[derive(Debug)]
+pub struct Shared {
+    /// The running configuration: `CONFIG SET` swaps in a new one whole,
+    /// and a reader sees either the old or the new, never half of each.
+    config: ArcSwap<Config>,
+    /// The addresses actually listened on (with the real port for `--port 0`).
+    pub listen_addrs: Vec<SocketAddr>,
+    /// The addresses listened on for TLS (`tls-port`).
+    pub tls_listen_addrs: Vec<SocketAddr>,
+    pub started: Instant,
+    pub clients: ClientTable,
+    pub stats: Stats,
+    /// The connections in `MONITOR` mode, and the feed of commands to them.
+    pub monitors: Monitors,
+    pub slowlog: SlowLog,
+    /// Cancelled to shut the server down.
+    pub shutdown: CancellationToken,
+    /// The server's clock for lease commands without `now`.
+    pub clock: Clock,
+}
+
+impl Shared {
+    pub fn new(
+        config: Config,
+        listen_addrs: Vec<SocketAddr>,
+        tls_listen_addrs: Vec<SocketAddr>,
+        clock: Clock,
+    ) -> Shared {
+        Shared {
+            config: ArcSwap::from_pointee(config),
+            listen_addrs,
+            tls_listen_addrs,
+            started: Instant::now(),
+            clients: ClientTable::default(),
+            stats: Stats::new(),
+            monitors: Monitors::default(),
+            slowlog: SlowLog::default(),
+            shutdown: CancellationToken::new(),
+            clock,
+        }
+    }
+
+    /// The running configuration. Cheap (no lock, no reference count
+    /// touched on the fast path): read it where a setting is needed rather
+    /// than keeping a copy, so `CONFIG SET` takes effect at once.
+    pub fn config(&self) -> Guard<Arc<Config>> {
+        self.config.load()
+    }
+
+    /// Makes `config` the running configuration (`CONFIG SET`).
+    pub fn set_config(&self, config: Config) {
+        self.config.store(Arc::new(config));
+    }
+}
