@@ -1,5 +1,5 @@
--- leased's lease registry (see CONTRACT.md, "Registry semantics"), written
--- as one Redis 7 script, for benchmarking leased against Redis + Lua.
+-- leased's lease registry (see docs/protocol.md, "The model" and "Time"),
+-- written as one Redis 7 script, for benchmarking leased against Redis + Lua.
 --
 --   SCRIPT LOAD "$(cat bench/lease.lua)"            -> sha
 --   EVALSHA sha 0 ACQUIRE   run worker [now] [TTL seconds]

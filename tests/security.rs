@@ -1,5 +1,10 @@
 //! Authentication (`requirepass`) and protected mode, through the `redis`
 //! crate, raw RESP and redis-cli, against the real binary.
+//!
+//! The one test that runs `redis-cli` needs it installed (Debian: `apt-get
+//! install redis-tools`) and is marked ignored, with that reason; `cargo
+//! test -- --include-ignored` runs it. The rest need only the Rust
+//! toolchain.
 
 mod common;
 
@@ -132,6 +137,7 @@ fn clients_authenticate_from_the_url_in_both_protocols() {
 }
 
 #[test]
+#[ignore = "needs redis-cli (Debian: apt-get install redis-tools); run with --include-ignored"]
 fn redis_cli_with_a_password() {
     let server = with_password();
     let port = server.port.to_string();
