@@ -1,0 +1,333 @@
+//! The real `leased` binary, spawned on a free port with its own data
+//! directory: for tests of the process itself (start-up, signals, crashes,
+//! restarts, logs) and of other programs driving it.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::client::Client;
+
+pub const BINARY: &str = env!("CARGO_BIN_EXE_leased");
+
+/// A running server. Killed (SIGKILL) when dropped if still running.
+pub struct Server {
+    child: Child,
+    pub port: u16,
+    pub dir: PathBuf,
+    log: Arc<Mutex<String>>,
+    /// Keeps the temporary data directory alive, when the test made none.
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl Server {
+    /// A server with a fresh data directory and default settings.
+    pub fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// A server with a fresh data directory and extra `--directive value` arguments.
+    pub fn start_with(args: &[&str]) -> Server {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let dir = temp.path().join("data");
+        let mut server = Server::start_in(&dir, args).expect("server starts");
+        server._temp = Some(temp);
+        server
+    }
+
+    /// A server on `dir` (kept by the caller, so a restart can reuse it).
+    /// Returns the server's output if it exits instead of becoming ready.
+    pub fn start_in(dir: &Path, args: &[&str]) -> Result<Server, String> {
+        let mut command = Command::new(BINARY);
+        command
+            .args(["--port", "0", "--dir"])
+            .arg(dir)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        Server::spawn(command, dir)
+    }
+
+    /// Spawns `command` (which must start leased) and waits for readiness.
+    pub fn spawn(command: Command, dir: &Path) -> Result<Server, String> {
+        let (ready_tx, ready_rx) = mpsc::channel();
+        Server::spawn_until(command, dir, Some(ready_tx), "ready", || {
+            ready_rx.recv_timeout(Duration::from_millis(20)).ok()
+        })
+    }
+
+    /// Spawns `command` (which must start leased listening on `port`) and
+    /// waits until `port` accepts connections, for servers whose log level
+    /// hides the readiness line. Returns the output if it exits first.
+    pub fn spawn_on_port(command: Command, dir: &Path, port: u16) -> Result<Server, String> {
+        Server::spawn_until(command, dir, None, "listening", || {
+            std::thread::sleep(Duration::from_millis(20));
+            TcpStream::connect(("127.0.0.1", port)).ok().map(|_| port)
+        })
+    }
+
+    /// Spawns leased and polls `ready` for its port until it answers, the
+    /// process exits, or 20 seconds pass.
+    fn spawn_until(
+        mut command: Command,
+        dir: &Path,
+        ready_line: Option<mpsc::Sender<u16>>,
+        waiting_for: &str,
+        mut ready: impl FnMut() -> Option<u16>,
+    ) -> Result<Server, String> {
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn leased");
+        let log = Arc::new(Mutex::new(String::new()));
+        collect_output(child.stdout.take().unwrap(), log.clone(), ready_line);
+        collect_output(child.stderr.take().unwrap(), log.clone(), None);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(port) = ready() {
+                return Ok(Server {
+                    child,
+                    port,
+                    dir: dir.to_path_buf(),
+                    log,
+                    _temp: None,
+                });
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                std::thread::sleep(Duration::from_millis(100));
+                let output = log.lock().unwrap().clone();
+                return Err(format!(
+                    "leased exited with {status} before {waiting_for}:\n{output}"
+                ));
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let output = log.lock().unwrap().clone();
+                return Err(format!("leased not {waiting_for} after 20s:\n{output}"));
+            }
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn url_resp3(&self) -> String {
+        format!("redis://127.0.0.1:{}/?protocol=resp3", self.port)
+    }
+
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).unwrap()
+    }
+
+    pub fn client_resp3(&self) -> redis::Client {
+        redis::Client::open(self.url_resp3()).unwrap()
+    }
+
+    /// A blocking RESP2 connection.
+    pub fn connect(&self) -> redis::Connection {
+        self.client().get_connection().expect("connect")
+    }
+
+    /// A blocking RESP3 connection.
+    pub fn connect_resp3(&self) -> redis::Connection {
+        self.client_resp3().get_connection().expect("connect resp3")
+    }
+
+    /// The typed client over a blocking RESP2 connection.
+    pub fn typed(&self) -> Client {
+        Client::new(self.connect())
+    }
+
+    /// A raw TCP socket to the server.
+    pub fn raw(&self) -> TcpStream {
+        let stream = TcpStream::connect(("127.0.0.1", self.port)).expect("tcp connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream
+    }
+
+    /// Everything the server printed so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` (e.g. "TERM", "INT", "KILL") to the server.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
+    /// Waits for the server to exit, at most `timeout`.
+    pub fn wait(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                // Let the output threads catch the last lines.
+                std::thread::sleep(Duration::from_millis(50));
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("leased did not exit within {timeout:?}:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// kill -9, and wait for the process to be gone.
+    pub fn kill9(&mut self) {
+        self.signal("KILL");
+        self.wait(Duration::from_secs(10));
+    }
+
+    /// SIGTERM, expecting a clean exit with code 0.
+    pub fn stop(&mut self) {
+        self.signal("TERM");
+        let status = self.wait(Duration::from_secs(10));
+        assert!(status.success(), "exit status {status}:\n{}", self.log());
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Copies a stream of the server's output into `log`; the first readiness
+/// line's port goes to `ready`.
+fn collect_output(
+    stream: impl Read + Send + 'static,
+    log: Arc<Mutex<String>>,
+    ready: Option<mpsc::Sender<u16>>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut ready = ready;
+        for line in BufReader::new(stream).lines() {
+            let Ok(line) = line else { break };
+            // Into the log first, so a test woken by readiness sees the line.
+            {
+                let mut log = log.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+            if let Some(port) = ready_port(&line)
+                && let Some(tx) = ready.take()
+            {
+                let _ = tx.send(port);
+            }
+        }
+    })
+}
+
+/// The port in `Ready to accept connections on 127.0.0.1:PORT`, whichever
+/// the log format.
+fn ready_port(line: &str) -> Option<u16> {
+    let message = log_message(line);
+    let rest = message.split("Ready to accept connections on ").nth(1)?;
+    let first = rest.split(',').next()?.trim();
+    first.rsplit(':').next()?.parse().ok()
+}
+
+/// A log line's message: the `message` of a JSON line (`logformat json`),
+/// the whole line otherwise.
+pub fn log_message(line: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(line)
+        .ok()
+        .and_then(|json| Some(json.get("message")?.as_str()?.to_owned()))
+        .unwrap_or_else(|| line.to_owned())
+}
+
+/// How a run of leased that was expected to end by itself ended.
+#[derive(Debug)]
+pub struct Exited {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Exited {
+    /// Standard output and standard error together, for messages.
+    pub fn output(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+}
+
+/// Runs leased with `args` until it exits by itself. Panics, after killing
+/// it, if it is still running after 20 s (for example because it started
+/// serving when it should have refused to).
+pub fn run_to_exit(args: &[&str]) -> Exited {
+    let mut command = Command::new(BINARY);
+    command.args(args);
+    run_command_to_exit(command)
+}
+
+/// [`run_to_exit`] for a prepared command (to set a working directory).
+pub fn run_command_to_exit(mut command: Command) -> Exited {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn leased");
+    let stdout = Arc::new(Mutex::new(String::new()));
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let readers = [
+        collect_output(child.stdout.take().unwrap(), stdout.clone(), None),
+        collect_output(child.stderr.take().unwrap(), stderr.clone(), None),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "leased {:?} was still running after 20s:\n{}{}",
+                command.get_args().collect::<Vec<_>>(),
+                stdout.lock().unwrap(),
+                stderr.lock().unwrap()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    for reader in readers {
+        reader.join().expect("output reader");
+    }
+    let stdout = stdout.lock().unwrap().clone();
+    let stderr = stderr.lock().unwrap().clone();
+    Exited {
+        status,
+        stdout,
+        stderr,
+    }
+}
+
+/// A port that was free a moment ago (bound and released at once), for
+/// tests that must choose the port themselves.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("bind a free port")
+        .port()
+}

@@ -1,0 +1,110 @@
+//! A server inside the test's own process and tokio runtime, as tokio's
+//! mini-redis tests start theirs: on a free port, with a fresh data
+//! directory, and with the server's clock following tokio's. In a test
+//! with paused time (`#[tokio::test(start_paused = true)]`),
+//! `tokio::time::advance` then moves the server's clock, its timers
+//! (`timeout`, background work) and the clients' alike, so a test that
+//! needs time to pass takes none.
+//!
+//! Clients must run on the same runtime ([`AsyncClient`]): with paused
+//! time, tokio moves the clock forward whenever the runtime has nothing to
+//! do, so a client on another thread would see the server's time race.
+
+use std::path::{Path, PathBuf};
+
+use leased::ceiling::DataDir;
+use leased::config::Config;
+use leased::server::{self, ServeError};
+use leased::state::Clock;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use super::client::AsyncClient;
+
+pub struct InProcess {
+    pub port: u16,
+    pub dir: PathBuf,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), ServeError>>,
+    /// Keeps the temporary data directory, when the test made none.
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl InProcess {
+    /// A server with a fresh data directory and extra `--directive value`
+    /// arguments.
+    pub async fn start(args: &[&str]) -> InProcess {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let mut server = InProcess::start_in(&temp.path().join("data"), args)
+            .await
+            .unwrap_or_else(|error| panic!("the server did not start: {error}"));
+        server._temp = Some(temp);
+        server
+    }
+
+    /// A server on `dir` (kept by the caller, so a restart can reuse it);
+    /// the error if it does not start.
+    pub async fn start_in(dir: &Path, args: &[&str]) -> Result<InProcess, String> {
+        let dir_arg = dir.to_str().expect("a UTF-8 path");
+        let all = ["leased", "--port", "0", "--dir", dir_arg]
+            .into_iter()
+            .chain(args.iter().copied());
+        let config = Config::from_args(all).map_err(|e| e.to_string())?;
+        let data_dir = DataDir::open(&config.dir).map_err(|e| e.to_string())?;
+        let listeners = server::bind(&config).await.map_err(|e| e.to_string())?;
+        let port = listeners.plain[0].local_addr().expect("bound").port();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let shutdown = async move {
+            let _ = stopped.await;
+        };
+        let clock = Clock::following_tokio();
+        let task = tokio::spawn(server::run(config, listeners, data_dir, clock, shutdown));
+        Ok(InProcess {
+            port,
+            dir: dir.to_path_buf(),
+            stop: Some(stop),
+            task,
+            _temp: None,
+        })
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn url_resp3(&self) -> String {
+        format!("redis://127.0.0.1:{}/?protocol=resp3", self.port)
+    }
+
+    /// A typed RESP2 client.
+    pub async fn client(&self) -> AsyncClient {
+        AsyncClient::connect(&self.url()).await
+    }
+
+    /// A typed RESP3 client.
+    pub async fn client_resp3(&self) -> AsyncClient {
+        AsyncClient::connect(&self.url_resp3()).await
+    }
+
+    /// Shuts the server down cleanly (as SIGTERM does: the log flushed, the
+    /// ceiling stored) and waits for it.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let task = &mut self.task;
+        task.await
+            .expect("the server task")
+            .expect("a clean shutdown");
+    }
+}
+
+impl Drop for InProcess {
+    /// A server the test did not stop is stopped with its runtime; telling
+    /// it to shut down lets it flush if the runtime lives on.
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
