@@ -9,11 +9,12 @@
 //!
 //! The files: [`args`] (the argument cursor and shared argument kinds),
 //! [`lease`] (lease commands), [`server`] (connection, client and admin
-//! commands), [`table`] (the command table and flags), [`docs`] (what the
-//! table says about itself).
+//! commands), [`table`] (the command table and flags), [`help`] (the HELP
+//! texts), [`docs`] (what the table says about itself).
 
 mod args;
 pub mod docs;
+mod help;
 mod lease;
 mod server;
 pub mod table;

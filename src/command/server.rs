@@ -3,7 +3,7 @@
 //! configuration commands.
 
 use super::args::{Args, not_an_integer, syntax_error};
-use super::{ClientAttr, ClientFilter, Command, KillFilter, SlowlogCommand, table, truncated};
+use super::{ClientAttr, ClientFilter, Command, KillFilter, SlowlogCommand, help, truncated};
 use crate::number::parse_i64;
 use crate::reply::{Protocol, Reply};
 
@@ -265,7 +265,7 @@ pub fn parse_slowlog_reset(_: &mut Args) -> Result<Command, Reply> {
 }
 
 pub fn parse_slowlog_help(_: &mut Args) -> Result<Command, Reply> {
-    Ok(Command::Help(table::SLOWLOG_HELP))
+    Ok(Command::Help(help::SLOWLOG_HELP))
 }
 
 pub fn parse_command_all(_: &mut Args) -> Result<Command, Reply> {
@@ -297,15 +297,15 @@ pub fn parse_config_get(args: &mut Args) -> Result<Command, Reply> {
 }
 
 pub fn parse_client_help(_: &mut Args) -> Result<Command, Reply> {
-    Ok(Command::Help(table::CLIENT_HELP))
+    Ok(Command::Help(help::CLIENT_HELP))
 }
 
 pub fn parse_command_help(_: &mut Args) -> Result<Command, Reply> {
-    Ok(Command::Help(table::COMMAND_HELP))
+    Ok(Command::Help(help::COMMAND_HELP))
 }
 
 pub fn parse_config_help(_: &mut Args) -> Result<Command, Reply> {
-    Ok(Command::Help(table::CONFIG_HELP))
+    Ok(Command::Help(help::CONFIG_HELP))
 }
 
 /// `CONFIG SET parameter value [parameter value ...]`: the pairs as given;

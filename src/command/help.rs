@@ -1,0 +1,77 @@
+//! The lines of the containers' `HELP` subcommands, in Redis's layout: a
+//! usage line, then each subcommand and an indented line saying what it
+//! does.
+
+pub const CLIENT_HELP: &[&str] = &[
+    "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "GETNAME",
+    "    Return the name of the current connection.",
+    "ID",
+    "    Return the ID of the current connection.",
+    "INFO",
+    "    Return information about the current client connection.",
+    "KILL <ip:port>",
+    "    Close the connection made from <ip:port>.",
+    "KILL <filter> <value> [<filter> <value> ...]",
+    "    Close every connection that matches all the filters:",
+    "    * ID <client-id>: the connection with that id",
+    "    * ADDR <ip:port>: the connection made from that address",
+    "    * LADDR <ip:port>: connections made to that local address",
+    "    * TYPE <NORMAL|MASTER|REPLICA|PUBSUB>: every connection is NORMAL",
+    "    * USER <username>: the only user is default",
+    "    * SKIPME <YES|NO>: spare this connection (default: YES)",
+    "    * MAXAGE <seconds>: connections older than that",
+    "LIST [TYPE <normal|master|replica|pubsub>] [ID <id> [<id> ...]]",
+    "    Return information about client connections.",
+    "SETINFO <LIB-NAME|LIB-VER> <value>",
+    "    Set client library name or version for the current connection.",
+    "SETNAME <name>",
+    "    Assign the name <name> to the current connection.",
+    "HELP",
+    "    Print this help.",
+];
+
+pub const COMMAND_HELP: &[&str] = &[
+    "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "(no subcommand)",
+    "    Return details about all commands.",
+    "COUNT",
+    "    Return the total number of commands in this server.",
+    "LIST",
+    "    Return a list of all commands in this server.",
+    "INFO [<command-name> ...]",
+    "    Return details about multiple commands.",
+    "    If no command names are given, details for all commands are returned.",
+    "DOCS [<command-name> ...]",
+    "    Return documentation details about multiple commands.",
+    "    If no command names are given, documentation for all commands is returned.",
+    "HELP",
+    "    Print this help.",
+];
+
+pub const SLOWLOG_HELP: &[&str] = &[
+    "SLOWLOG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "GET [<count>]",
+    "    The newest <count> entries, newest first (default 10; -1 for all). Each is",
+    "    [id, unix time, microseconds, [arguments], client ip:port, client name].",
+    "LEN",
+    "    The number of entries.",
+    "RESET",
+    "    Empty the slow log.",
+    "HELP",
+    "    Print this help.",
+];
+
+pub const CONFIG_HELP: &[&str] = &[
+    "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "GET <pattern>",
+    "    Return parameters matching the glob-like <pattern> and their values.",
+    "SET <directive> <value> [<directive> <value> ...]",
+    "    Set the configuration <directive> to <value>, all or none of them.",
+    "RESETSTAT",
+    "    Reset statistics reported by the INFO command.",
+    "REWRITE",
+    "    Rewrite the configuration file with the running values.",
+    "HELP",
+    "    Print this help.",
+];
