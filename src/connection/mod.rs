@@ -123,6 +123,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         let kill = self.client.killed.clone();
         let killed = kill.cancelled();
         tokio::pin!(killed);
+        let client = self.client.clone();
+        let reconfigured = client.reconfigured.notified();
+        tokio::pin!(reconfigured);
         // Armed only while `timeout` is set; read each turn, so that
         // `CONFIG SET timeout` applies to connections already open.
         let idle = tokio::time::sleep(Duration::ZERO);
@@ -199,7 +202,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             }
             // Out of `self` while the select borrows it for the socket.
             let mut feed = self.monitor.take();
-            tokio::select! {
+            // Whether the client or its output did something.
+            let active = tokio::select! {
                 _ = &mut cancelled => {
                     return tokio::time::timeout(FINAL_FLUSH, self.flush())
                         .await
@@ -208,6 +212,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 _ = &mut killed => {
                     debug!("Client {} closed by CLIENT KILL", self.client.addr);
                     return Ok(());
+                }
+                // Settings changed: the next turn reads them (the idle
+                // timeout of a client that sends nothing).
+                _ = &mut reconfigured => {
+                    reconfigured.set(client.reconfigured.notified());
+                    false
                 }
                 // Monitors are never idle, as in Redis.
                 _ = &mut idle, if idle_limit.is_some() && feed.is_none() => {
@@ -224,16 +234,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                         );
                         return Ok(());
                     }
+                    true
                 }
                 read = std::future::poll_fn(|cx| self.poll_io(cx)) => {
                     if read? == Some(0) {
                         // The client closed its side; it may still read.
                         return self.close().await;
                     }
+                    true
                 }
-            }
+            };
             self.monitor = feed;
-            last_active = Instant::now();
+            if active {
+                last_active = Instant::now();
+            }
         }
     }
 

@@ -271,6 +271,7 @@ impl Core {
         }
         drop(old);
         self.shared.set_config(new);
+        self.shared.clients.reconfigured();
         Ok(())
     }
 

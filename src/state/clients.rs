@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::command::{CommandName, KillFilter};
@@ -30,6 +31,10 @@ pub struct ClientEntry {
     pub connected: Instant,
     /// Cancelled by `CLIENT KILL`: the connection closes at once.
     pub killed: CancellationToken,
+    /// Notified when `CONFIG SET` changed the settings, so that a
+    /// connection waiting for its client reads the new ones (`timeout`)
+    /// at once rather than at its next request.
+    pub reconfigured: Notify,
     /// What the client said about itself and what its connection is doing;
     /// the connection updates it once per batch of requests.
     pub meta: Mutex<ClientMeta>,
@@ -64,6 +69,7 @@ impl ClientTable {
             fd,
             connected: Instant::now(),
             killed: CancellationToken::new(),
+            reconfigured: Notify::new(),
             meta: Mutex::new(ClientMeta::default()),
         });
         self.lock().insert(id, entry.clone());
@@ -85,6 +91,13 @@ impl ClientTable {
     /// The clients in id order.
     pub fn snapshot(&self) -> Vec<Arc<ClientEntry>> {
         self.lock().values().cloned().collect()
+    }
+
+    /// Tells every connection that the settings changed.
+    pub fn reconfigured(&self) {
+        for client in self.lock().values() {
+            client.reconfigured.notify_one();
+        }
     }
 
     /// `CLIENT KILL`: closes every client that `filter` matches, on behalf
