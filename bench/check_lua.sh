@@ -246,8 +246,14 @@ both VALIDATE clock clock:w:24 24
 both VALIDATE clock clock:w:24 24 0  # lagging: evaluated at the clock
 both_clock GET clock 0
 
-# Far in the future (done last: registry time stays there).
+# A now too far ahead of the clock is refused (lease-max-skew 60), and
+# changes nothing.
 both ACQUIRE far w 1e20
+both GET nosuch 1e18
+both HEARTBEAT clock:w:24 24 1e12
+both VALIDATE clock clock:w:24 24 1e12
+
+# Far in the future through the TTL (done last: expiry stays there).
 both ACQUIRE far2 w 0 TTL 1e300
 both VALIDATE clock clock:w:24 24
 both ACQUIRE clock w

@@ -35,6 +35,11 @@ local NOT_INTEGER = 'ERR value is not an integer or out of range'
 local NOT_POSITIVE = 'ERR value is out of range, must be positive'
 local SYNTAX = 'ERR syntax error'
 local BAD_TTL = "ERR invalid expire time in 'lease.acquire' command"
+-- lease-max-skew at its default: an explicit `now` further ahead of the
+-- server clock is refused.
+local MAX_SKEW = 60
+local TOO_FAR = "ERR now is more than 60 seconds ahead of the server's clock "
+    .. '(lease-max-skew); send seconds since the Unix epoch, or omit now'
 
 local function fail(message)
     return { err = message }
@@ -136,13 +141,24 @@ local function store_number(x)
     return string.format('%.17g', x)
 end
 
--- The time to evaluate at, max(now, registry time), which becomes the new
--- registry time. Without `now`, the server clock in milliseconds.
-local function advance(now)
-    if now == nil then
-        local clock = redis.call('TIME')
-        now = (tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)) / 1000
+-- The server clock: seconds since the Unix epoch, in milliseconds.
+local function clock()
+    local time = redis.call('TIME')
+    return (tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)) / 1000
+end
+
+-- The refusal of an explicit `now` too far ahead of the server clock.
+local function too_far(now)
+    if now ~= nil and now > clock() + MAX_SKEW then
+        return fail(TOO_FAR)
     end
+    return nil
+end
+
+-- The time to evaluate a change at, max(now, registry time), which becomes
+-- the new registry time. Without `now`, the server clock.
+local function advance(now)
+    now = now or clock()
     local time = redis.call('GET', CLOCK)
     if time then
         time = tonumber(time)
@@ -152,6 +168,16 @@ local function advance(now)
     end
     redis.call('SET', CLOCK, store_number(now))
     return now
+end
+
+-- The time a read evaluates at: with `now`, as a change does; without,
+-- max(server clock, registry time), and nothing is written.
+local function read_time(now)
+    if now ~= nil then
+        return advance(now)
+    end
+    local time = tonumber(redis.call('GET', CLOCK) or '0')
+    return math.max(clock(), time)
 end
 
 -- The run's current lease: worker, token, expires_at, ttl; or nil.
@@ -232,6 +258,10 @@ local function acquire(args)
         end
     end
 
+    local refused = too_far(now)
+    if refused then
+        return refused
+    end
     now = advance(now)
     local previous = lease_of(run)
     if previous and previous.expires_at > now then
@@ -274,6 +304,7 @@ local function heartbeat(args)
         return fail(problem)
     end
     local now, bad = optional_now(args, 3, 'lease.heartbeat')
+    bad = bad or too_far(now)
     if bad then
         return bad
     end
@@ -296,10 +327,11 @@ local function validate(args)
         return fail(problem)
     end
     local now, bad = optional_now(args, 4, 'lease.validate')
+    bad = bad or too_far(now)
     if bad then
         return bad
     end
-    now = advance(now)
+    now = read_time(now)
     local lease = lease_of(run)
     if lease == nil or lease.token ~= token or id ~= lease_id(run, lease.worker, token)
         or lease.expires_at <= now then
@@ -330,10 +362,11 @@ local function get(args)
     end
     local run = args[1]
     local now, bad = optional_now(args, 2, 'lease.get')
+    bad = bad or too_far(now)
     if bad then
         return bad
     end
-    now = advance(now)
+    now = read_time(now)
     local lease = lease_of(run)
     if lease == nil then
         return false
