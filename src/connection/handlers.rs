@@ -13,7 +13,7 @@ use super::session::NOAUTH;
 use super::words;
 use super::{After, Connection};
 use crate::command::{self, ClientFilter, Command, KillFilter, SlowlogCommand, docs};
-use crate::core::{Answer, CoreCommand};
+use crate::core::{Answer, CoreAnswer, CoreCommand};
 use crate::reply::{Protocol, Reply};
 use crate::slowlog::Stopwatch;
 
@@ -111,6 +111,11 @@ where
                 Slot::Ready(protocol, reply) => (protocol, reply),
                 Slot::Core(protocol, _, info) => {
                     let answer = answers.next().expect("one answer per command");
+                    if matches!(answer, CoreAnswer::Configured(Ok(()))) {
+                        // Off the core: the connections waiting for their
+                        // clients read the new settings.
+                        self.shared.clients.reconfigured();
+                    }
                     (protocol, words::answer(answer, info, &self.shared))
                 }
             };

@@ -271,7 +271,6 @@ impl Core {
         }
         drop(old);
         self.shared.set_config(new);
-        self.shared.clients.reconfigured();
         Ok(())
     }
 
