@@ -185,8 +185,7 @@ impl Core {
     }
 
     /// Applies a client's lease command at `clock`, unless it must be
-    /// refused: a change while the log is failing, a `now` too far in the
-    /// future, an acquire while tokens cannot be made durable.
+    /// refused.
     fn apply(
         &mut self,
         op: &Op,
@@ -194,26 +193,42 @@ impl Core {
         max_skew: f64,
         log_failure: Option<&Refusal>,
     ) -> CoreAnswer {
-        let refusal = match log_failure {
-            Some(refusal) if op.changes_leases() => Some(refusal.clone()),
-            _ => None,
-        }
-        .or_else(|| {
-            let now = op.explicit_now()?;
-            (max_skew > 0.0 && now > clock + max_skew).then_some(Refusal::FutureNow { max_skew })
-        })
-        .or_else(|| {
-            let Op::Acquire { .. } = op else { return None };
-            let allowed = self.tokens.allow_next(self.registry.last_token());
-            allowed.err().map(Refusal::Ceiling)
-        });
-        if let Some(refusal) = refusal {
+        if let Some(refusal) = self.refusal(op, clock, max_skew, log_failure) {
             self.stats.record(op, None);
             return CoreAnswer::Refused(refusal);
         }
         let outcome = self.registry.apply(op, clock);
         self.stats.record(op, Some(&outcome));
         CoreAnswer::Outcome(outcome)
+    }
+
+    /// Why `op` must not be applied, if it must not: a change while the log
+    /// is failing, a `now` too far ahead of the clock, an acquire while the
+    /// next token cannot be made durable.
+    fn refusal(
+        &mut self,
+        op: &Op,
+        clock: f64,
+        max_skew: f64,
+        log_failure: Option<&Refusal>,
+    ) -> Option<Refusal> {
+        if let Some(failure) = log_failure
+            && op.changes_leases()
+        {
+            return Some(failure.clone());
+        }
+        if let Some(now) = op.explicit_now()
+            && max_skew > 0.0
+            && now > clock + max_skew
+        {
+            return Some(Refusal::FutureNow { max_skew });
+        }
+        if let Op::Acquire { .. } = op
+            && let Err(error) = self.tokens.allow_next(self.registry.last_token())
+        {
+            return Some(Refusal::Ceiling(error));
+        }
+        None
     }
 
     /// The commands that are not lease commands.
