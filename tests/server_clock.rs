@@ -2,7 +2,8 @@
 //! the server runs in the test's runtime with paused time, and
 //! `tokio::time::advance` moves its clock. Reads without `now` are
 //! evaluated at that clock and change nothing; `lease-max-skew` bounds how
-//! far ahead of it an explicit `now` may be; work that falls due (idle
+//! far ahead of it an explicit `now` may be (and a start-up says when the
+//! log brought registry time further ahead); work that falls due (idle
 //! clients, reclaiming) happens without another command arriving.
 
 mod common;
@@ -147,4 +148,26 @@ async fn leases_past_retention_are_reclaimed_without_another_command() {
         con.info("leases").await["leases_reclaimed"],
         RUNS.to_string()
     );
+}
+
+#[test]
+fn a_registry_time_loaded_far_ahead_of_the_clock_is_warned_about_and_kept() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().join("data");
+    let mut server = common::Server::start_in(&dir, &["--lease-max-skew", "0"]).unwrap();
+    let mut con = server.typed();
+    assert!(con.get("nosuch", Some(1e12)).is_none());
+    server.stop();
+    assert!(!server.log().contains("ahead of this machine's clock"));
+
+    let server = common::Server::start_in(&dir, &[]).unwrap();
+    let log = server.log();
+    assert!(
+        log.contains("Registry time loaded from the log (1000000000000) is")
+            && log.contains("ahead of this machine's clock, more than lease-max-skew (60 seconds)"),
+        "{log}"
+    );
+    // It never moves back.
+    let mut con = server.typed();
+    assert_eq!(con.info("leases")["registry_time"], "1000000000000");
 }
