@@ -19,9 +19,9 @@
 //! whatever moved under it. A crash at any point leaves either the old log
 //! or the new one, both complete.
 //!
-//! The module's files: [`log`] (the file, its writes and commits),
-//! [`load`] (replay and repair at start-up), [`rewrite`] (the snapshot
-//! and its writer thread), [`fsync`] (the `everysec` thread), [`format`]
+//! The module's files: `log` (the file, its writes and commits),
+//! `load` (replay and repair at start-up), `rewrite` (the snapshot
+//! and its writer thread), `fsync` (the `everysec` thread), [`format`]
 //! (the bytes on disk).
 
 pub mod format;

@@ -7,9 +7,9 @@
 //! the core; the rest are answered by the connection (some with the
 //! core's help).
 //!
-//! The files: [`args`] (the argument cursor and shared argument kinds),
-//! [`lease`] (lease commands), [`server`] (connection, client and admin
-//! commands), [`table`] (the command table and flags), [`help`] (the HELP
+//! The files: `args` (the argument cursor and shared argument kinds),
+//! `lease` (lease commands), `server` (connection, client and admin
+//! commands), [`table`] (the command table and flags), `help` (the HELP
 //! texts), [`docs`] (what the table says about itself).
 
 mod args;

@@ -2,9 +2,9 @@
 //! handlers, write the replies.
 //!
 //! Every socket read is decoded into all the complete requests it holds,
-//! which [`handlers`] run in order (lease commands go to the core as one
+//! which `handlers` run in order (lease commands go to the core as one
 //! batch); their replies are written back with one write. The client's
-//! protocol, authentication and name are its [`session::Session`].
+//! protocol, authentication and name are its `session::Session`.
 //!
 //! Reading goes on while replies wait to be written: a client that sends a
 //! large burst before reading anything must not deadlock against us.
@@ -382,7 +382,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
 }
 
 /// A lingering close: after the server has closed its sending side, it
-/// discards what the client still sends, for up to [`LINGER`], until the
+/// discards what the client still sends, for up to `LINGER`, until the
 /// client closes too. Closing with unread input would reset the
 /// connection, and the client could lose its last reply (often an error
 /// saying why it is closed) before reading it.

@@ -4,7 +4,7 @@
 //! seconds) as an argument, so the rules of the contract can be tested in
 //! microseconds. The core owns one `Registry` and feeds it commands.
 //!
-//! The leases themselves are kept in a [`table::LeaseTable`], which finds
+//! The leases themselves are kept in a `table::LeaseTable`, which finds
 //! them by run, by fencing token and by expiry. `HEARTBEAT` and `RELEASE`
 //! name a lease by its id and token only, and a lease id cannot be split
 //! back into run and worker (both may contain `:`): tokens are unique, so

@@ -177,7 +177,7 @@ impl Track {
 }
 
 /// Samples the rates every [`SAMPLE_INTERVAL`], and the memory peak every
-/// [`MEMORY_SAMPLE_TICKS`] of those, until shutdown.
+/// `MEMORY_SAMPLE_TICKS` of those, until shutdown.
 pub async fn run_sampler(shared: Arc<Shared>) {
     let mut ticks = tokio::time::interval(SAMPLE_INTERVAL);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
