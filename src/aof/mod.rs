@@ -21,7 +21,7 @@
 //!
 //! The module's files: `log` (the file, its writes and commits),
 //! `load` (replay and repair at start-up), `rewrite` (the snapshot
-//! and its writer thread), `fsync` (the `everysec` thread), [`format`]
+//! and its writer thread), `fsync` (the `everysec` thread), [`format`](mod@format)
 //! (the bytes on disk).
 
 pub mod format;
