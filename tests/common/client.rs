@@ -25,6 +25,16 @@ pub struct Lease {
     pub expired: Option<i64>,
 }
 
+impl Lease {
+    /// This lease as `LEASE.GET` shows it, with `expired` 1 or 0.
+    pub fn with_expired(&self, expired: bool) -> Lease {
+        Lease {
+            expired: Some(i64::from(expired)),
+            ..self.clone()
+        }
+    }
+}
+
 /// The name the tests used before the typed client.
 pub type LeaseReply = Lease;
 
@@ -151,14 +161,19 @@ pub fn lease_reply(value: &Value) -> Lease {
             .unwrap_or_else(|| panic!("expires_at is not a number: {text:?}")),
         (_, other) => panic!("expires_at of the wrong type: {other:?}"),
     };
-    Lease {
+    let lease = Lease {
         run_id: bulk(pairs[0].1),
         worker_id: bulk(pairs[1].1),
         lease_id: bulk(pairs[2].1),
         fencing_token: int(pairs[3].1),
         expires_at,
         expired: pairs.get(5).map(|(_, v)| int(v)),
-    }
+    };
+    // The lease id is built from the run, the worker and the token.
+    let mut id = [&lease.run_id[..], b":", &lease.worker_id, b":"].concat();
+    id.extend_from_slice(lease.fencing_token.to_string().as_bytes());
+    assert_eq!(lease.lease_id, id, "lease_id in {value:?}");
+    lease
 }
 
 /// An integer 1 or 0 as a boolean.
@@ -215,6 +230,11 @@ pub fn field(pairs: &[(Value, Value)], key: &str) -> Value {
 /// A bulk string value, as the `redis` crate reports one.
 pub fn bulk_value(text: &str) -> Value {
     Value::BulkString(text.as_bytes().to_vec())
+}
+
+/// A simple string (status) value, such as `+PONG`.
+pub fn status(text: &str) -> Value {
+    Value::SimpleString(text.to_owned())
 }
 
 /// `CONFIG GET name`'s value.

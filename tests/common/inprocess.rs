@@ -11,6 +11,7 @@
 //! do, so a client on another thread would see the server's time race.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use leased::ceiling::DataDir;
 use leased::config::Config;
@@ -23,6 +24,8 @@ use super::client::AsyncClient;
 
 pub struct InProcess {
     pub port: u16,
+    /// The metrics endpoint's port, with `--metrics-port`.
+    pub metrics_port: Option<u16>,
     pub dir: PathBuf,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<(), ServeError>>,
@@ -53,6 +56,8 @@ impl InProcess {
         let data_dir = DataDir::open(&config.dir).map_err(|e| e.to_string())?;
         let listeners = server::bind(&config).await.map_err(|e| e.to_string())?;
         let port = listeners.plain[0].local_addr().expect("bound").port();
+        let metrics_port =
+            (listeners.metrics.first()).map(|l| l.local_addr().expect("bound").port());
         let (stop, stopped) = oneshot::channel::<()>();
         let shutdown = async move {
             let _ = stopped.await;
@@ -61,6 +66,7 @@ impl InProcess {
         let task = tokio::spawn(server::run(config, listeners, data_dir, clock, shutdown));
         Ok(InProcess {
             port,
+            metrics_port,
             dir: dir.to_path_buf(),
             stop: Some(stop),
             task,
@@ -97,6 +103,14 @@ impl InProcess {
             .expect("the server task")
             .expect("a clean shutdown");
     }
+}
+
+/// Lets the server finish the work it can do now (a reclaim of several
+/// steps, a connection to close) before the test looks. Under paused time
+/// a sleep ends only when the runtime has nothing else to run, so this
+/// takes a millisecond of tokio's clock and no wall-clock wait.
+pub async fn settle() {
+    tokio::time::sleep(Duration::from_millis(1)).await;
 }
 
 impl Drop for InProcess {
