@@ -301,6 +301,11 @@ impl Client {
         run(&mut self.con, words_)
     }
 
+    /// PING, which must answer PONG.
+    pub fn ping(&mut self) {
+        assert_eq!(self.run(&["PING"]), status("PONG"));
+    }
+
     pub fn error(&mut self, words_: &[&str]) -> String {
         error(&mut self.con, words_)
     }
@@ -388,6 +393,11 @@ impl AsyncClient {
 
     pub async fn run(&mut self, words_: &[&str]) -> Value {
         self.query(&words(words_)).await
+    }
+
+    /// PING, which must answer PONG.
+    pub async fn ping(&mut self) {
+        assert_eq!(self.run(&["PING"]).await, status("PONG"));
     }
 
     /// Runs a command that must fail; returns the whole error line.
