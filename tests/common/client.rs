@@ -232,6 +232,16 @@ pub fn bulk_value(text: &str) -> Value {
     Value::BulkString(text.as_bytes().to_vec())
 }
 
+/// A reply that is text (a bulk, verbatim or simple string) as a string.
+pub fn text(value: &Value) -> String {
+    match value {
+        Value::BulkString(bytes) => String::from_utf8(bytes.clone()).expect("UTF-8"),
+        Value::VerbatimString { text, .. } => text.clone(),
+        Value::SimpleString(text) => text.clone(),
+        other => panic!("not text: {other:?}"),
+    }
+}
+
 /// A simple string (status) value, such as `+PONG`.
 pub fn status(text: &str) -> Value {
     Value::SimpleString(text.to_owned())
