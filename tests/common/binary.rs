@@ -322,6 +322,29 @@ pub fn run_command_to_exit(mut command: Command) -> Exited {
     }
 }
 
+/// A data directory that outlives the servers started on it (and the
+/// temporary directory holding it, which removes it when dropped).
+pub fn data_dir() -> (tempfile::TempDir, PathBuf) {
+    let temp = tempfile::tempdir().expect("temp dir");
+    let dir = temp.path().join("data");
+    (temp, dir)
+}
+
+/// Polls `ready` every 5 ms until it gives a value, for what a spawned
+/// server does that no reply announces (a background step finished, a
+/// closed connection noticed, a line logged); `Err` says what it sees
+/// instead, for the failure after `patience`.
+pub fn wait_until<T>(patience: Duration, mut ready: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + patience;
+    loop {
+        match ready() {
+            Ok(value) => return value,
+            Err(seen) => assert!(Instant::now() < deadline, "after {patience:?}: {seen}"),
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Waits up to `timeout` for `child` to exit. A bounded poll: nothing
 /// wakes a thread when a child exits, so it looks every 2 ms.
 fn wait_for_exit(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {

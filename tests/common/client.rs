@@ -92,7 +92,7 @@ pub fn release_cmd(lease_id: &[u8], token: i64) -> Cmd {
 }
 
 /// `LEASE.GET run [now]`.
-pub fn get_cmd(run: &str, now: Option<f64>) -> Cmd {
+pub fn get_cmd(run: &[u8], now: Option<f64>) -> Cmd {
     let mut cmd = redis::cmd("LEASE.GET");
     cmd.arg(run);
     if let Some(now) = now {
@@ -174,6 +174,12 @@ pub fn lease_reply(value: &Value) -> Lease {
     id.extend_from_slice(lease.fencing_token.to_string().as_bytes());
     assert_eq!(lease.lease_id, id, "lease_id in {value:?}");
     lease
+}
+
+/// A number in INFO's fields.
+pub fn info_number(info: &HashMap<String, String>, name: &str) -> u64 {
+    (info.get(name).and_then(|value| value.parse().ok()))
+        .unwrap_or_else(|| panic!("no number {name} in {info:?}"))
 }
 
 /// An integer 1 or 0 as a boolean.
@@ -343,8 +349,9 @@ impl Client {
         flag(&self.query(&release_cmd(&lease.lease_id, lease.fencing_token)))
     }
 
-    pub fn get(&mut self, run: &str, now: Option<f64>) -> Option<Lease> {
-        lease_or_null(&self.query(&get_cmd(run, now)))
+    /// `LEASE.GET`; the run as text or bytes.
+    pub fn get(&mut self, run: impl AsRef<[u8]>, now: Option<f64>) -> Option<Lease> {
+        lease_or_null(&self.query(&get_cmd(run.as_ref(), now)))
     }
 
     pub fn dbsize(&mut self) -> i64 {
@@ -366,6 +373,35 @@ impl Client {
             Ok(other) => panic!("CONFIG SET answered {other:?}"),
             Err(error) => Err(error_line(&error)),
         }
+    }
+}
+
+/// The typed client is a connection too: `redis::cmd(..).query(&mut con)`
+/// and pipelines work on it, for what it has no method for.
+impl redis::ConnectionLike for Client {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<Value> {
+        self.con.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisResult<Vec<Value>> {
+        self.con.req_packed_commands(cmd, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.con.get_db()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.con.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        self.con.is_open()
     }
 }
 
@@ -443,8 +479,9 @@ impl AsyncClient {
         flag(&self.query(&cmd).await)
     }
 
-    pub async fn get(&mut self, run: &str, now: Option<f64>) -> Option<Lease> {
-        lease_or_null(&self.query(&get_cmd(run, now)).await)
+    /// `LEASE.GET`; the run as text or bytes.
+    pub async fn get(&mut self, run: impl AsRef<[u8]>, now: Option<f64>) -> Option<Lease> {
+        lease_or_null(&self.query(&get_cmd(run.as_ref(), now)).await)
     }
 
     pub async fn dbsize(&mut self) -> i64 {
