@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use common::client::acquire;
 use common::inprocess::settle;
 use common::{BINARY, Client, InProcess, Lease, Server, read_frame, resp};
-use redis::{Connection, InfoDict, Value};
+use redis::{Connection, ConnectionLike, InfoDict, Value};
 use tokio::time::advance;
 
 /// How long a poll waits for the server before the test fails.
@@ -38,7 +38,7 @@ const HEADERS: [&str; 10] = [
     "# Leases",
 ];
 
-fn info_text(con: &mut Connection, sections: &[&str]) -> String {
+fn info_text(con: &mut dyn ConnectionLike, sections: &[&str]) -> String {
     let mut cmd = redis::cmd("INFO");
     for section in sections {
         cmd.arg(*section);
@@ -46,7 +46,7 @@ fn info_text(con: &mut Connection, sections: &[&str]) -> String {
     cmd.query(con).expect("INFO")
 }
 
-fn info(con: &mut Connection, sections: &[&str]) -> InfoDict {
+fn info(con: &mut dyn ConnectionLike, sections: &[&str]) -> InfoDict {
     let mut cmd = redis::cmd("INFO");
     for section in sections {
         cmd.arg(*section);
@@ -60,7 +60,7 @@ fn field<T: redis::FromRedisValue>(info: &InfoDict, name: &str) -> T {
         .unwrap_or_else(|| panic!("no parseable {name} in INFO: {:?}", info.find(&name)))
 }
 
-fn number(con: &mut Connection, section: &str, name: &str) -> u64 {
+fn number(con: &mut dyn ConnectionLike, section: &str, name: &str) -> u64 {
     field(&info(con, &[section]), name)
 }
 
@@ -352,7 +352,7 @@ fn lookups_are_keyspace_hits_and_misses() {
     let mut con = server.typed();
     let lease = con.acquire("run", "worker", Some(0.0), None).unwrap();
     let stats = |con: &mut Client| {
-        let stats = info(&mut con.con, &["stats"]);
+        let stats = info(con, &["stats"]);
         (
             field::<u64>(&stats, "keyspace_hits"),
             field::<u64>(&stats, "keyspace_misses"),

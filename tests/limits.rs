@@ -29,10 +29,7 @@ fn proto_max_bulk_len_refuses_a_longer_argument_at_its_header() {
     let server = Server::start_with(&["--proto-max-bulk-len", "1mb"]);
     let mut con = server.typed();
     let longest = vec![b'x'; 1 << 20];
-    let echoed: Vec<u8> = redis::cmd("ECHO")
-        .arg(&longest)
-        .query(&mut con.con)
-        .unwrap();
+    let echoed: Vec<u8> = redis::cmd("ECHO").arg(&longest).query(&mut con).unwrap();
     assert!(echoed == longest, "the 1 MiB echo differs");
 
     let mut s = server.raw();

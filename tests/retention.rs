@@ -7,23 +7,17 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::client::Client;
+use common::binary::{data_dir, wait_until};
+use common::client::info_number;
 use common::inprocess::settle;
-use common::{AsyncClient, InProcess, Lease, Server};
+use common::{AsyncClient, Client, InProcess, Lease, Server};
 use redis::Value;
 use tokio::time::advance;
 
 const SECOND: Duration = Duration::from_secs(1);
 const HOUR: Duration = Duration::from_secs(3600);
-
-fn data_dir() -> (tempfile::TempDir, PathBuf) {
-    let temp = tempfile::tempdir().expect("temp dir");
-    let dir = temp.path().join("data");
-    (temp, dir)
-}
 
 #[tokio::test(start_paused = true)]
 async fn an_expired_lease_is_releasable_until_expiry_plus_retention_and_gone_from_then_on() {
@@ -142,42 +136,27 @@ async fn a_heartbeat_postpones_reclaiming() {
     assert_eq!(con.info("leases").await["leases_reclaimed"], "2");
 }
 
-/// Polls DBSIZE until it is `expected`: the real binary reclaims in the
-/// background, a step at a time, and no reply says when it is done. A
-/// bounded poll, every 5 ms, failing with the last value after 10 s.
+/// Waits for DBSIZE to be `expected`: the real binary reclaims in the
+/// background, a step at a time, and no reply says when it is done.
 fn wait_for_dbsize(con: &mut Client, expected: i64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let size = con.dbsize();
-        if size == expected {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "DBSIZE is {size}, expected {expected}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn info_number(con: &mut Client, section: &str, name: &str) -> u64 {
-    let info = con.info(section);
-    let value = (info.get(name)).unwrap_or_else(|| panic!("no {name} in INFO {section}: {info:?}"));
-    value.parse().unwrap_or_else(|_| panic!("{name}:{value}"))
+    wait_until(Duration::from_secs(10), || match con.dbsize() {
+        size if size == expected => Ok(()),
+        size => Err(format!("DBSIZE is {size}, expected {expected}")),
+    });
 }
 
 /// `used_memory` as a new, sole connection sees it: the buffers of
 /// connections that have closed are freed, so the figure is the registry
-/// and what the core keeps between requests. (A bounded poll for the
-/// server to see the others go, which nothing announces.)
+/// and what the core keeps between requests.
 fn used_memory_alone(server: &Server) -> u64 {
     let mut con = server.typed();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while info_number(&mut con, "clients", "connected_clients") != 1 {
-        assert!(Instant::now() < deadline, "other clients stay connected");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    info_number(&mut con, "memory", "used_memory")
+    wait_until(Duration::from_secs(10), || {
+        match info_number(&con.info("clients"), "connected_clients") {
+            1 => Ok(()),
+            n => Err(format!("{n} clients connected")),
+        }
+    });
+    info_number(&con.info("memory"), "used_memory")
 }
 
 /// Against the binary: the memory measured is the process's.
@@ -204,10 +183,10 @@ fn abandoning_200000_runs_gives_their_memory_back() {
                 .arg(10)
                 .ignore();
         }
-        let () = pipe.query(&mut con.con).expect("pipelined LEASE.ACQUIRE");
+        let () = pipe.query(&mut con).expect("pipelined LEASE.ACQUIRE");
     }
     assert_eq!(con.dbsize(), RUNS as i64);
-    let peak = info_number(&mut con, "memory", "used_memory");
+    let peak = info_number(&con.info("memory"), "used_memory");
     let growth = peak.saturating_sub(before);
     // A slot is 56 bytes, the ids take a 32-byte block, and two hash
     // indexes: well over 15 MiB, or the figure is not measuring leases.
@@ -255,7 +234,7 @@ fn reclaims_are_logged_and_stay_gone_after_a_crash_and_a_clean_restart() {
             .arg(10)
             .ignore();
     }
-    let () = pipe.query(&mut con.con).expect("pipelined LEASE.ACQUIRE");
+    let () = pipe.query(&mut con).expect("pipelined LEASE.ACQUIRE");
     // Gone to every command at exactly its deadline, before the reclaim
     // (which takes whole seconds) removes it: a lookup changes nothing.
     let looked_up = con.acquire("looked-up", "w", Some(0.5), Some(10.0));
