@@ -13,8 +13,9 @@ mod common;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::binary::wait_until;
 use common::client::acquire;
 use common::inprocess::settle;
 use common::{BINARY, Client, InProcess, Lease, Server, read_frame, resp};
@@ -336,14 +337,12 @@ fn commands_connections_and_bytes_are_counted_exactly() {
     let mut resp2 = server.connect();
     assert_eq!(number(&mut resp2, "clients", "connected_clients"), 3);
     drop(other);
-    let deadline = Instant::now() + PATIENCE;
-    while number(&mut resp2, "clients", "connected_clients") != 2 {
-        assert!(
-            Instant::now() < deadline,
-            "the closed client is still counted"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(PATIENCE, || {
+        match number(&mut resp2, "clients", "connected_clients") {
+            2 => Ok(()),
+            n => Err(format!("the closed client is still counted: {n}")),
+        }
+    });
 }
 
 #[test]

@@ -275,14 +275,14 @@ pub fn error_line(error: &redis::RedisError) -> String {
 // ---------------------------------------------------------------------
 
 /// Runs a command given as words and returns the raw reply.
-pub fn run(con: &mut redis::Connection, words_: &[&str]) -> Value {
+pub fn run(con: &mut dyn redis::ConnectionLike, words_: &[&str]) -> Value {
     words(words_)
         .query(con)
         .unwrap_or_else(|e| panic!("{words_:?} failed: {e}"))
 }
 
 /// Runs a command that must fail; returns the whole error line.
-pub fn error(con: &mut redis::Connection, words_: &[&str]) -> String {
+pub fn error(con: &mut dyn redis::ConnectionLike, words_: &[&str]) -> String {
     match words(words_).query::<Value>(con) {
         Err(e) => error_line(&e),
         Ok(value) => panic!("{words_:?} should fail, got {value:?}"),
@@ -291,7 +291,12 @@ pub fn error(con: &mut redis::Connection, words_: &[&str]) -> String {
 
 /// `LEASE.ACQUIRE run worker now`: the fencing token, or None when the
 /// run is held.
-pub fn acquire(con: &mut redis::Connection, run: &str, worker: &str, now: f64) -> Option<i64> {
+pub fn acquire(
+    con: &mut dyn redis::ConnectionLike,
+    run: &str,
+    worker: &str,
+    now: f64,
+) -> Option<i64> {
     let reply: Value = acquire_cmd(run, worker, Some(now), None)
         .query(con)
         .expect("LEASE.ACQUIRE");
