@@ -10,7 +10,10 @@ mod common;
 
 use std::io::Write;
 use std::process::Command;
+use std::time::Duration;
 
+use common::binary::wait_until;
+use common::client::status;
 use common::{Server, error, field, pairs, run, run_to_exit};
 use redis::Value;
 
@@ -18,10 +21,6 @@ const PASSWORD: &str = "s3cret pass";
 
 fn with_password() -> Server {
     Server::start_with(&["--requirepass", PASSWORD])
-}
-
-fn status(text: &str) -> Value {
-    Value::SimpleString(text.to_owned())
 }
 
 #[test]
@@ -232,8 +231,7 @@ fn maxclients_refuses_one_more_and_the_others_go_on() {
 
     // Once a client leaves, there is room again.
     drop(second);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
+    let pong = wait_until(Duration::from_secs(10), || {
         let client = redis::Client::open(server.url()).unwrap();
         // Refused while the server has not yet seen the other leave. The
         // crate takes the refusal as the reply to its CLIENT SETINFO, which
@@ -241,16 +239,9 @@ fn maxclients_refuses_one_more_and_the_others_go_on() {
         let pong = client
             .get_connection()
             .and_then(|mut con| redis::cmd("PING").query::<Value>(&mut con));
-        if let Ok(pong) = pong {
-            assert_eq!(pong, status("PONG"));
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no room after a client left"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+        pong.map_err(|error| format!("no room after a client left: {error}"))
+    });
+    assert_eq!(pong, status("PONG"));
 }
 
 #[test]

@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use common::binary::wait_until;
+use common::client::status;
 use common::{Server, free_port, run, run_to_exit};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
@@ -213,10 +215,6 @@ impl TlsServer {
             .output()
             .expect("redis-cli is installed (apt-get install redis-tools)")
     }
-}
-
-fn status(text: &str) -> Value {
-    Value::SimpleString(text.to_owned())
 }
 
 #[test]
@@ -467,11 +465,10 @@ fn tls_clients_count_toward_maxclients() {
     assert_eq!(reply, b"-ERR max number of clients reached\r\n");
     drop(first);
     // Once the first has gone, a new one gets in.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while tls.ping(Some(tls.client_cert())).is_err() {
-        assert!(std::time::Instant::now() < deadline, "never let in");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(Duration::from_secs(10), || {
+        let ping = tls.ping(Some(tls.client_cert()));
+        ping.map_err(|error| format!("never let in: {error:?}"))
+    });
 }
 
 /// A TLS client turned away by `maxclients` reads why: the error comes
