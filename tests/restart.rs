@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::Server;
 use common::binary::{data_dir, wait_until};
-use common::client::acquire;
+use common::client::{acquire, lease_or_null, lease_reply};
 
 /// A server without the append-only log: what these tests check is that
 /// fencing tokens survive on the token ceiling alone.
@@ -167,13 +167,11 @@ fn acquire_until_stopped(
                         .query::<redis::Value>(&mut con);
                     match reply {
                         Ok(reply) => {
-                            let Some(redis::Value::Int(token)) =
-                                common::lease_field(&reply, "fencing_token")
-                            else {
+                            let Some(lease) = lease_or_null(&reply) else {
                                 failed.store(true, Ordering::Relaxed);
                                 panic!("unexpected reply {reply:?}");
                             };
-                            tokens.push(*token);
+                            tokens.push(lease.fencing_token);
                             count.fetch_add(1, Ordering::Relaxed);
                         }
                         // The server went away.
@@ -296,8 +294,8 @@ fn crash_after_crossing_a_token_block() {
         for (i, reply) in replies.iter().enumerate() {
             let expected = batch * BATCH + i as i64 + 1;
             assert_eq!(
-                common::lease_field(reply, "fencing_token"),
-                Some(&redis::Value::Int(expected)),
+                lease_reply(reply).fencing_token,
+                expected,
                 "crossing a block boundary must not skip or repeat tokens"
             );
         }

@@ -20,14 +20,6 @@ fn write_file(path: &Path, text: &str) -> PathBuf {
     path.to_path_buf()
 }
 
-fn config_get(con: &mut redis::Connection, name: &str) -> Vec<String> {
-    redis::cmd("CONFIG")
-        .arg("GET")
-        .arg(name)
-        .query(con)
-        .expect("CONFIG GET")
-}
-
 /// Runs leased with `args` (plus a data directory of its own), expecting
 /// it to refuse to start; returns everything it printed.
 fn refused(args: &[&str]) -> String {
@@ -102,40 +94,21 @@ fn the_config_file_is_honoured_and_the_command_line_overrides_it() {
     let mut server = Server::spawn(command, &dir).expect("starts with the file");
     assert_eq!(server.port, port, "the port comes from the file");
     assert!(dir.is_dir(), "the dir comes from the file");
-    let mut con = server.connect();
-    let lease: redis::Value = redis::cmd("LEASE.ACQUIRE")
-        .arg("run")
-        .arg("w")
-        .arg(0)
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(
-        common::lease_field(&lease, "expires_at"),
-        Some(&redis::Value::BulkString(b"2.5".to_vec()))
-    );
-    assert_eq!(config_get(&mut con, "lease-ttl"), ["lease-ttl", "2.5"]);
-    assert_eq!(
-        config_get(&mut con, "port"),
-        ["port".to_string(), port.to_string()]
-    );
+    let mut con = server.typed();
+    let lease = con.acquire("run", "w", Some(0.0), None).unwrap();
+    assert_eq!(lease.expires_at, 2.5);
+    assert_eq!(con.config_get("lease-ttl"), "2.5");
+    assert_eq!(con.config_get("port"), port.to_string());
     server.stop();
 
     let mut command = Command::new(common::BINARY);
     command.arg(&file).args(["--lease-ttl", "7"]);
     let server = Server::spawn(command, &dir).expect("starts with the file and a flag");
-    let mut con = server.connect();
+    let mut con = server.typed();
     // A new run: the first one's lease survived the restart in the log.
-    let lease: redis::Value = redis::cmd("LEASE.ACQUIRE")
-        .arg("run-2")
-        .arg("w")
-        .arg(0)
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(
-        common::lease_field(&lease, "expires_at"),
-        Some(&redis::Value::BulkString(b"7".to_vec()))
-    );
-    assert_eq!(config_get(&mut con, "lease-ttl"), ["lease-ttl", "7"]);
+    let lease = con.acquire("run-2", "w", Some(0.0), None).unwrap();
+    assert_eq!(lease.expires_at, 7.0);
+    assert_eq!(con.config_get("lease-ttl"), "7");
 }
 
 #[test]
@@ -251,9 +224,10 @@ fn help_lists_every_directive() {
     let dir = temp.path().join("data");
     command.arg(&conf).args(["--port", "0", "--dir"]).arg(&dir);
     let server = Server::spawn(command, &dir).expect("starts with conf/leased.conf");
-    let mut con = server.connect();
+    let mut con = server.typed();
     for directive in &directives {
-        assert_eq!(config_get(&mut con, directive)[0], *directive);
+        // Answered with the directive's name and its value.
+        con.config_get(directive);
     }
 }
 
@@ -440,9 +414,9 @@ fn serve_at_loglevel(level: &str) -> String {
         .args(["--appendonly", "no", "--dir"])
         .arg(&dir);
     let mut server = Server::spawn_on_port(command, &dir, port).expect("starts");
-    let mut con = server.connect();
+    let mut con = server.typed();
     assert_eq!(acquire(&mut con, "run", "w", 0.0), Some(1));
-    assert_eq!(config_get(&mut con, "loglevel"), ["loglevel", level]);
+    assert_eq!(con.config_get("loglevel"), level);
     drop(con);
     server.stop();
     server.log()
