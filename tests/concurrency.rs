@@ -8,7 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Barrier};
 use std::thread;
 
-use common::{AsyncClient, Client, Lease, Server, lease_reply};
+use common::binary::Server;
+use common::client::{AsyncClient, Client, Lease, lease_reply};
 use redis::Value;
 
 fn text(bytes: &[u8]) -> String {

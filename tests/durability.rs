@@ -17,9 +17,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::binary::{data_dir, wait_until};
-use common::client::{error_line, info_map, info_number};
-use common::{Client, Lease, Server, lease_reply};
+use common::binary::{Server, data_dir, wait_until};
+use common::client::{Client, Lease, error_line, info_map, info_number, lease_reply};
 use redis::Value;
 
 /// The first bytes of every log file (see `src/aof/format.rs`).
@@ -824,7 +823,7 @@ fn damaged_log_is_refused(small: &SmallLog, frame: Frame, damage: impl Fn(&mut V
     assert_ne!(bytes, small.bytes);
     small.write_dir(&dir, &bytes, true);
     let dir_arg = dir.to_str().unwrap();
-    let refused = common::run_to_exit(&["--port", "0", "--dir", dir_arg]);
+    let refused = common::binary::run_to_exit(&["--port", "0", "--dir", dir_arg]);
     let output = refused.output();
     assert!(
         !refused.status.success(),
@@ -1057,11 +1056,21 @@ fn rewrite_client(
             touched.acquired.push((run, lease_reply(reply)));
         }
         for ((run, _), reply) in mine.into_iter().zip(released) {
-            assert_eq!(reply, &Value::Int(1), "release of {}", common::show(&run));
+            assert_eq!(
+                reply,
+                &Value::Int(1),
+                "release of {}",
+                common::raw::show(&run)
+            );
             touched.released.push(run);
         }
         for ((release, lease), reply) in old.into_iter().zip(old_replies) {
-            assert_eq!(reply, &Value::Int(1), "{}", common::show(&lease.run_id));
+            assert_eq!(
+                reply,
+                &Value::Int(1),
+                "{}",
+                common::raw::show(&lease.run_id)
+            );
             if release {
                 touched.released.push(lease.run_id.clone());
             } else {
@@ -1197,7 +1206,7 @@ fn rewrite_under_load(crash: bool) {
             before,
             after,
             "{} changed across the restart",
-            common::show(run)
+            common::raw::show(run)
         );
     }
 }
@@ -1492,7 +1501,7 @@ fn a_failing_log_refuses_changes_with_misconf() {
     command
         .arg("-c")
         .arg("ulimit -f 16; trap '' XFSZ; exec \"$0\" \"$@\"")
-        .arg(common::BINARY)
+        .arg(common::binary::BINARY)
         .args(["--port", "0", "--appendfsync", "always", "--dir"])
         .arg(&dir);
     let mut server = Server::spawn(command, &dir).unwrap_or_else(|output| panic!("{output}"));
@@ -1593,8 +1602,8 @@ fn a_failing_log_refuses_changes_with_misconf() {
     let mut con = server.typed();
     let runs: Vec<Vec<u8>> = acknowledged.iter().map(|l| l.run_id.clone()).collect();
     for (lease, after) in acknowledged.iter().zip(get_all(&mut con, &runs)) {
-        let mut after =
-            after.unwrap_or_else(|| panic!("acknowledged {} is gone", common::show(&lease.run_id)));
+        let mut after = after
+            .unwrap_or_else(|| panic!("acknowledged {} is gone", common::raw::show(&lease.run_id)));
         after.expired = None;
         assert_eq!(&after, lease);
     }

@@ -18,7 +18,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::Server;
+use common::binary::Server;
 
 /// The workers' exit codes.
 const FINISHED: i32 = 0;

@@ -15,10 +15,10 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::binary::wait_until;
-use common::client::acquire;
-use common::inprocess::settle;
-use common::{BINARY, Client, InProcess, Lease, Server, read_frame, resp};
+use common::binary::{BINARY, Server, wait_until};
+use common::client::{Client, Lease, acquire};
+use common::inprocess::{InProcess, settle};
+use common::raw::{read_frame, resp};
 use redis::{Connection, ConnectionLike, InfoDict, Value};
 use tokio::time::advance;
 
@@ -404,7 +404,7 @@ fn a_maxclients_refusal_is_a_rejected_connection() {
     assert_eq!(number(&mut con, "stats", "rejected_connections"), 0);
     let mut refused = server.raw();
     assert_eq!(
-        common::read_to_close(&mut refused),
+        common::raw::read_to_close(&mut refused),
         b"-ERR max number of clients reached\r\n"
     );
     let stats = info(&mut con, &["stats"]);

@@ -15,9 +15,9 @@ use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::client::{error, text};
-use common::inprocess::settle;
-use common::{AsyncClient, InProcess, Server};
+use common::binary::Server;
+use common::client::{AsyncClient, error, text};
+use common::inprocess::{InProcess, settle};
 use redis::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::time::advance;

@@ -5,8 +5,8 @@ mod common;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use common::client::lease_reply;
-use common::{Client, Lease, Server, bulk_value, run};
+use common::binary::Server;
+use common::client::{Client, Lease, bulk_value, lease_reply, run};
 use redis::Value;
 
 #[test]

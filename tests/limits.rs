@@ -10,7 +10,9 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{InProcess, Server, read_to_close, resp, show};
+use common::binary::Server;
+use common::inprocess::InProcess;
+use common::raw::{read_to_close, resp, show};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::advance;
 
@@ -208,7 +210,7 @@ fn limit_directives_are_validated_at_start_up() {
         &["--timeout", "-1"],
     ] {
         let dir = tempfile::tempdir().unwrap();
-        let output = std::process::Command::new(common::BINARY)
+        let output = std::process::Command::new(common::binary::BINARY)
             .args(["--port", "0", "--dir"])
             .arg(dir.path())
             .args(args)

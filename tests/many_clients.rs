@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::Server;
+use common::binary::Server;
 
 const CONNECTIONS: usize = 2000;
 const PROBES: usize = 2000;

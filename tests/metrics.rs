@@ -10,7 +10,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::{InProcess, Server, free_port};
+use common::binary::{Server, free_port};
+use common::inprocess::InProcess;
 
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -263,7 +264,7 @@ fn the_figures_follow_the_server() {
     con.acquire("run", "w", Some(100.0), None).unwrap();
     let mut refused = server.raw();
     assert_eq!(
-        common::read_to_close(&mut refused),
+        common::raw::read_to_close(&mut refused),
         b"-ERR max number of clients reached\r\n"
     );
     let after = scrape();
@@ -422,7 +423,7 @@ fn protected_mode_covers_the_endpoint() {
     let temp = tempfile::tempdir().unwrap();
     let dir = temp.path().join("data");
     let port = free_port().to_string();
-    let exited = common::run_to_exit(&[
+    let exited = common::binary::run_to_exit(&[
         "--port",
         "0",
         "--dir",

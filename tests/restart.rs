@@ -9,8 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::Server;
-use common::binary::{data_dir, wait_until};
+use common::binary::{Server, data_dir, wait_until};
 use common::client::{acquire, lease_or_null, lease_reply};
 
 /// A server without the append-only log: what these tests check is that
@@ -317,7 +316,7 @@ fn a_second_server_on_the_same_directory_refuses_to_start() {
     assert_eq!(acquire_runs(&first, "run", 2), [1, 2]);
 
     let dir_arg = dir.to_str().unwrap();
-    let second = common::run_to_exit(&["--port", "0", "--dir", dir_arg]);
+    let second = common::binary::run_to_exit(&["--port", "0", "--dir", dir_arg]);
     let output = second.output();
     assert!(!second.status.success(), "second server: {output}");
     assert!(output.contains("in use"), "{output}");
@@ -339,7 +338,7 @@ fn a_second_server_on_the_same_directory_refuses_to_start() {
 
 /// Starts on `dir`, expecting a refusal that names the ceiling file.
 fn assert_refused_for_damaged_ceiling(dir: &Path, damage: &str) {
-    let exited = common::run_to_exit(&["--port", "0", "--dir", dir.to_str().unwrap()]);
+    let exited = common::binary::run_to_exit(&["--port", "0", "--dir", dir.to_str().unwrap()]);
     let output = exited.output();
     assert!(
         !exited.status.success(),
@@ -403,7 +402,8 @@ fn a_ceiling_deleted_from_a_used_dir_stops_the_start() {
     let file = dir.join("token-ceiling");
     std::fs::remove_file(&file).unwrap();
     assert_refused_for_damaged_ceiling(&dir, "deleted");
-    let output = common::run_to_exit(&["--port", "0", "--dir", dir.to_str().unwrap()]).output();
+    let output =
+        common::binary::run_to_exit(&["--port", "0", "--dir", dir.to_str().unwrap()]).output();
     assert!(output.contains("is missing"), "{output}");
 
     // An operator who knows a bound writes it by hand; tokens go on above it.

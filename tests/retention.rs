@@ -9,10 +9,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::binary::{data_dir, wait_until};
-use common::client::info_number;
-use common::inprocess::settle;
-use common::{AsyncClient, Client, InProcess, Lease, Server};
+use common::binary::{Server, data_dir, wait_until};
+use common::client::{AsyncClient, Client, Lease, info_number};
+use common::inprocess::{InProcess, settle};
 use redis::Value;
 use tokio::time::advance;
 
@@ -459,7 +458,7 @@ async fn info_leases_counts_leases_and_command_outcomes() {
 fn a_bad_lease_retention_stops_the_start_naming_the_directive() {
     for value in ["-1", "abc", "inf", ""] {
         let (_temp, dir) = data_dir();
-        let exited = common::run_to_exit(&[
+        let exited = common::binary::run_to_exit(&[
             "--port",
             "0",
             "--dir",

@@ -12,9 +12,8 @@ use std::io::Write;
 use std::process::Command;
 use std::time::Duration;
 
-use common::binary::wait_until;
-use common::client::status;
-use common::{Server, error, field, pairs, run, run_to_exit};
+use common::binary::{Server, run_to_exit, wait_until};
+use common::client::{error, field, pairs, run, status};
 use redis::Value;
 
 const PASSWORD: &str = "s3cret pass";
@@ -127,7 +126,7 @@ fn clients_authenticate_from_the_url_in_both_protocols() {
             .unwrap()
             .get_connection()
             .unwrap_or_else(|e| panic!("{url}: {e}"));
-        let token = common::acquire(&mut con, &format!("run-{url}"), "w", 0.0);
+        let token = common::client::acquire(&mut con, &format!("run-{url}"), "w", 0.0);
         assert!(token.is_some(), "{url}");
     }
     let wrong = format!("redis://:nope@127.0.0.1:{}/", server.port);
@@ -206,8 +205,8 @@ fn protected_mode_refuses_open_addresses_without_a_password() {
         assert_eq!(
             mode,
             Value::Array(vec![
-                common::bulk_value("protected-mode"),
-                common::bulk_value(expected)
+                common::client::bulk_value("protected-mode"),
+                common::client::bulk_value(expected)
             ])
         );
     }
@@ -222,11 +221,14 @@ fn maxclients_refuses_one_more_and_the_others_go_on() {
     assert_eq!(run(&mut second, &["PING"]), status("PONG"));
 
     let mut third = server.raw();
-    let refused = common::read_to_close(&mut third);
+    let refused = common::raw::read_to_close(&mut third);
     assert_eq!(refused, b"-ERR max number of clients reached\r\n");
     // The two connected clients are served as before.
-    assert_eq!(common::acquire(&mut first, "run", "w", 0.0), Some(1));
-    let lease = common::lease_reply(&run(&mut second, &["LEASE.GET", "run", "0"]));
+    assert_eq!(
+        common::client::acquire(&mut first, "run", "w", 0.0),
+        Some(1)
+    );
+    let lease = common::client::lease_reply(&run(&mut second, &["LEASE.GET", "run", "0"]));
     assert_eq!(lease.fencing_token, 1);
 
     // Once a client leaves, there is room again.
@@ -260,29 +262,29 @@ fn unauthenticated_clients_get_redis_smaller_request_limits() {
         let mut s = server.raw();
         s.write_all(header).unwrap();
         assert_eq!(
-            common::show(&common::read_to_close(&mut s)),
-            common::show(reply)
+            common::raw::show(&common::raw::read_to_close(&mut s)),
+            common::raw::show(reply)
         );
     }
     // In one write: a refused PING, AUTH, then an argument far over the
     // unauthenticated limit, which AUTH has lifted by the time it is read.
     let big = vec![b'b'; 100_000];
-    let mut stream = common::resp(&[b"PING"]);
-    stream.extend(common::resp(&[b"AUTH", PASSWORD.as_bytes()]));
-    stream.extend(common::resp(&[b"ECHO", &big]));
+    let mut stream = common::raw::resp(&[b"PING"]);
+    stream.extend(common::raw::resp(&[b"AUTH", PASSWORD.as_bytes()]));
+    stream.extend(common::raw::resp(&[b"ECHO", &big]));
     let mut expected = b"-NOAUTH Authentication required.\r\n+OK\r\n$100000\r\n".to_vec();
     expected.extend(&big);
     expected.extend(b"\r\n");
     let mut s = server.raw();
-    let got = common::exchange(&mut s, &stream, expected.len());
+    let got = common::raw::exchange(&mut s, &stream, expected.len());
     assert!(
         got == expected,
         "{}",
-        common::show(&got[..got.len().min(80)])
+        common::raw::show(&got[..got.len().min(80)])
     );
     // Without requirepass there is no such limit.
     let open = Server::start();
     let mut s = open.raw();
-    let got = common::exchange(&mut s, &common::resp(&[b"ECHO", &big]), 100_011);
+    let got = common::raw::exchange(&mut s, &common::raw::resp(&[b"ECHO", &big]), 100_011);
     assert_eq!(got.len(), 100_011);
 }

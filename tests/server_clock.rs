@@ -9,7 +9,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{InProcess, Lease};
+use common::client::Lease;
+use common::inprocess::InProcess;
 use tokio::io::AsyncReadExt;
 use tokio::time::advance;
 

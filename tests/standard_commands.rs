@@ -4,8 +4,8 @@ mod common;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use common::client::text;
-use common::{Server, bulk_value, error, field, pairs, run};
+use common::binary::Server;
+use common::client::{bulk_value, error, field, pairs, run, text};
 use redis::Value;
 
 #[test]

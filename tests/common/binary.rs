@@ -18,6 +18,7 @@ pub const BINARY: &str = env!("CARGO_BIN_EXE_leased");
 pub struct Server {
     child: Child,
     pub port: u16,
+    #[allow(dead_code)]
     pub dir: PathBuf,
     log: Arc<Mutex<String>>,
     /// The threads copying its output into `log`; they end when it exits.
@@ -26,6 +27,7 @@ pub struct Server {
     _temp: Option<tempfile::TempDir>,
 }
 
+#[allow(dead_code)]
 impl Server {
     /// A server with a fresh data directory and default settings.
     pub fn start() -> Server {
@@ -267,11 +269,13 @@ pub fn log_message(line: &str) -> String {
 /// How a run of leased that was expected to end by itself ended.
 #[derive(Debug)]
 pub struct Exited {
+    #[allow(dead_code)]
     pub status: ExitStatus,
     pub stdout: String,
     pub stderr: String,
 }
 
+#[allow(dead_code)]
 impl Exited {
     /// Standard output and standard error together, for messages.
     pub fn output(&self) -> String {
@@ -282,6 +286,7 @@ impl Exited {
 /// Runs leased with `args` until it exits by itself. Panics, after killing
 /// it, if it is still running after 20 s (for example because it started
 /// serving when it should have refused to).
+#[allow(dead_code)]
 pub fn run_to_exit(args: &[&str]) -> Exited {
     let mut command = Command::new(BINARY);
     command.args(args);
@@ -289,6 +294,7 @@ pub fn run_to_exit(args: &[&str]) -> Exited {
 }
 
 /// [`run_to_exit`] for a prepared command (to set a working directory).
+#[allow(dead_code)]
 pub fn run_command_to_exit(mut command: Command) -> Exited {
     let mut child = command
         .stdin(Stdio::null())
@@ -324,6 +330,7 @@ pub fn run_command_to_exit(mut command: Command) -> Exited {
 
 /// A data directory that outlives the servers started on it (and the
 /// temporary directory holding it, which removes it when dropped).
+#[allow(dead_code)]
 pub fn data_dir() -> (tempfile::TempDir, PathBuf) {
     let temp = tempfile::tempdir().expect("temp dir");
     let dir = temp.path().join("data");
@@ -334,6 +341,7 @@ pub fn data_dir() -> (tempfile::TempDir, PathBuf) {
 /// server does that no reply announces (a background step finished, a
 /// closed connection noticed, a line logged); `Err` says what it sees
 /// instead, for the failure after `patience`.
+#[allow(dead_code)]
 pub fn wait_until<T>(patience: Duration, mut ready: impl FnMut() -> Result<T, String>) -> T {
     let deadline = Instant::now() + patience;
     loop {
@@ -369,6 +377,7 @@ fn join_all(readers: Vec<std::thread::JoinHandle<()>>) {
 
 /// A port that was free a moment ago (bound and released at once), for
 /// tests that must choose the port themselves.
+#[allow(dead_code)]
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())

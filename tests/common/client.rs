@@ -25,6 +25,7 @@ pub struct Lease {
     pub expired: Option<i64>,
 }
 
+#[allow(dead_code)]
 impl Lease {
     /// This lease as `LEASE.GET` shows it, with `expired` 1 or 0.
     pub fn with_expired(&self, expired: bool) -> Lease {
@@ -34,9 +35,6 @@ impl Lease {
         }
     }
 }
-
-/// The name the tests used before the typed client.
-pub type LeaseReply = Lease;
 
 // ---------------------------------------------------------------------
 // Commands
@@ -177,6 +175,7 @@ pub fn lease_reply(value: &Value) -> Lease {
 }
 
 /// A number in INFO's fields.
+#[allow(dead_code)]
 pub fn info_number(info: &HashMap<String, String>, name: &str) -> u64 {
     (info.get(name).and_then(|value| value.parse().ok()))
         .unwrap_or_else(|| panic!("no number {name} in {info:?}"))
@@ -239,6 +238,7 @@ pub fn bulk_value(text: &str) -> Value {
 }
 
 /// A reply that is text (a bulk, verbatim or simple string) as a string.
+#[allow(dead_code)]
 pub fn text(value: &Value) -> String {
     match value {
         Value::BulkString(bytes) => String::from_utf8(bytes.clone()).expect("UTF-8"),
@@ -291,6 +291,7 @@ pub fn error(con: &mut dyn redis::ConnectionLike, words_: &[&str]) -> String {
 
 /// `LEASE.ACQUIRE run worker now`: the fencing token, or None when the
 /// run is held.
+#[allow(dead_code)]
 pub fn acquire(
     con: &mut dyn redis::ConnectionLike,
     run: &str,
@@ -308,6 +309,7 @@ pub struct Client {
     pub con: redis::Connection,
 }
 
+#[allow(dead_code)]
 impl Client {
     pub fn new(con: redis::Connection) -> Client {
         Client { con }
@@ -421,6 +423,7 @@ pub struct AsyncClient {
     pub con: redis::aio::MultiplexedConnection,
 }
 
+#[allow(dead_code)]
 impl AsyncClient {
     /// Connects to `url` (`redis://127.0.0.1:PORT/`, with
     /// `?protocol=resp3` for RESP3).

@@ -25,7 +25,9 @@ use super::client::AsyncClient;
 pub struct InProcess {
     pub port: u16,
     /// The metrics endpoint's port, with `--metrics-port`.
+    #[allow(dead_code)]
     pub metrics_port: Option<u16>,
+    #[allow(dead_code)]
     pub dir: PathBuf,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<(), ServeError>>,
@@ -33,6 +35,7 @@ pub struct InProcess {
     _temp: Option<tempfile::TempDir>,
 }
 
+#[allow(dead_code)]
 impl InProcess {
     /// A server with a fresh data directory and extra `--directive value`
     /// arguments.
@@ -109,6 +112,7 @@ impl InProcess {
 /// steps, a connection to close) before the test looks. Under paused time
 /// a sleep ends only when the runtime has nothing else to run, so this
 /// takes a millisecond of tokio's clock and no wall-clock wait.
+#[allow(dead_code)]
 pub async fn settle() {
     tokio::time::sleep(Duration::from_millis(1)).await;
 }
