@@ -135,8 +135,9 @@ impl Worker {
         });
     }
 
-    /// Polls `ready` until it gives a value; panics, with the worker's
-    /// output, if the worker exits first or PATIENCE runs out.
+    /// Polls `ready` every 5 ms until it gives a value (nothing wakes the
+    /// test when another process writes or stops); panics, with the
+    /// worker's output, if the worker exits first or PATIENCE runs out.
     fn wait_until<T>(&mut self, what: &str, mut ready: impl FnMut(&Self) -> Option<T>) -> T {
         let deadline = Instant::now() + PATIENCE;
         loop {
@@ -150,7 +151,7 @@ impl Worker {
                 );
             }
             assert!(Instant::now() < deadline, "no {what}:\n{}", self.output());
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 
@@ -162,7 +163,8 @@ impl Worker {
         assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0, "SIGCONT");
     }
 
-    /// Waits for the worker to exit; its exit code and all its output.
+    /// Waits for the worker to exit, polling every 5 ms; its exit code and
+    /// all its output.
     fn finish(mut self) -> (i32, String) {
         let deadline = Instant::now() + PATIENCE;
         let status: ExitStatus = loop {
@@ -174,7 +176,7 @@ impl Worker {
                 "worker still running:\n{}",
                 self.output()
             );
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(5));
         };
         let output = self.finish_output();
         let code = status

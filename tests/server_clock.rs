@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use common::client::Lease;
-use common::inprocess::InProcess;
+use common::inprocess::{InProcess, settle};
 use tokio::io::AsyncReadExt;
 use tokio::time::advance;
 
@@ -146,7 +146,7 @@ async fn leases_past_retention_are_reclaimed_without_another_command() {
     assert_eq!(con.dbsize().await, RUNS as i64);
     // One command past every deadline: the core takes it from there.
     assert!(con.get("other", Some(100.0)).await.is_none());
-    tokio::time::sleep(Duration::from_millis(1)).await;
+    settle().await;
     assert_eq!(con.dbsize().await, 0);
     assert_eq!(
         con.info("leases").await["leases_reclaimed"],
