@@ -12,6 +12,8 @@ use std::collections::HashMap;
 
 use redis::{Cmd, Value};
 
+use super::inprocess::at_one_instant;
+
 /// A lease as the lease commands answer with it, in RESP2 (a flat array,
 /// `expires_at` a bulk string) or RESP3 (a map, `expires_at` a double).
 #[derive(Clone, Debug, PartialEq)]
@@ -417,7 +419,9 @@ impl redis::ConnectionLike for Client {
 // ---------------------------------------------------------------------
 
 /// A typed client over a multiplexed async connection. Its replies have no
-/// timeout, so paused time in the test never fails a command.
+/// timeout, so paused time in the test never fails a command, and each
+/// command is answered at one instant of tokio's clock
+/// ([`at_one_instant`]).
 #[derive(Clone)]
 pub struct AsyncClient {
     pub con: redis::aio::MultiplexedConnection,
@@ -432,15 +436,13 @@ impl AsyncClient {
         let config = redis::AsyncConnectionConfig::new()
             .set_response_timeout(None)
             .set_connection_timeout(None);
-        let con = client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .expect("connect");
+        let connected = client.get_multiplexed_async_connection_with_config(&config);
+        let con = at_one_instant(connected).await.expect("connect");
         AsyncClient { con }
     }
 
     async fn query(&mut self, cmd: &Cmd) -> Value {
-        cmd.query_async(&mut self.con)
+        at_one_instant(cmd.query_async(&mut self.con))
             .await
             .unwrap_or_else(|e| panic!("{:?} failed: {e}", cmd.args_iter().collect::<Vec<_>>()))
     }
@@ -456,7 +458,8 @@ impl AsyncClient {
 
     /// Runs a command that must fail; returns the whole error line.
     pub async fn error(&mut self, words_: &[&str]) -> String {
-        match words(words_).query_async::<Value>(&mut self.con).await {
+        let cmd = words(words_);
+        match at_one_instant(cmd.query_async::<Value>(&mut self.con)).await {
             Err(e) => error_line(&e),
             Ok(value) => panic!("{words_:?} should fail, got {value:?}"),
         }
@@ -506,10 +509,8 @@ impl AsyncClient {
 
     /// `CONFIG SET`: `Err` with the error line when it is refused.
     pub async fn config_set(&mut self, pairs: &[(&str, &str)]) -> Result<(), String> {
-        match config_set_cmd(pairs)
-            .query_async::<Value>(&mut self.con)
-            .await
-        {
+        let cmd = config_set_cmd(pairs);
+        match at_one_instant(cmd.query_async::<Value>(&mut self.con)).await {
             Ok(Value::Okay) => Ok(()),
             Ok(other) => panic!("CONFIG SET answered {other:?}"),
             Err(error) => Err(error_line(&error)),
