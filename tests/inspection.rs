@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::binary::Server;
 use common::client::{AsyncClient, error, text};
-use common::inprocess::{InProcess, settle};
+use common::inprocess::{InProcess, at_one_instant, settle};
 use redis::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::time::advance;
@@ -335,7 +335,7 @@ async fn monitor(server: &InProcess, setup: &[u8]) -> Lines {
     let mut line = String::new();
     while line != "+PONG\r\n" {
         line.clear();
-        let read = reader.read_line(&mut line).await.unwrap();
+        let read = at_one_instant(reader.read_line(&mut line)).await.unwrap();
         assert_ne!(read, 0, "closed before MONITOR");
     }
     reader.get_mut().write_all(b"MONITOR\r\n").await.unwrap();
@@ -345,9 +345,10 @@ async fn monitor(server: &InProcess, setup: &[u8]) -> Lines {
 
 type Lines = tokio::io::BufReader<tokio::net::TcpStream>;
 
+/// The next line the server sent.
 async fn read_line(reader: &mut Lines) -> String {
     let mut line = String::new();
-    reader.read_line(&mut line).await.unwrap();
+    at_one_instant(reader.read_line(&mut line)).await.unwrap();
     line
 }
 
