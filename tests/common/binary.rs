@@ -328,8 +328,8 @@ pub fn run_command_to_exit(mut command: Command) -> Exited {
     }
 }
 
-/// A data directory that outlives the servers started on it (and the
-/// temporary directory holding it, which removes it when dropped).
+/// A data directory in a new temporary directory, for servers started on
+/// it one after another; it is removed when the `TempDir` is dropped.
 #[allow(dead_code)]
 pub fn data_dir() -> (tempfile::TempDir, PathBuf) {
     let temp = tempfile::tempdir().expect("temp dir");
