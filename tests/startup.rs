@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::binary::{Server, run_to_exit};
-use common::client::acquire;
+use common::client::{acquire, bulk_value, field, pairs};
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -96,8 +96,8 @@ fn the_config_file_is_honoured_and_the_command_line_overrides_it() {
     assert_eq!(server.port, port, "the port comes from the file");
     assert!(dir.is_dir(), "the dir comes from the file");
     let mut con = server.typed();
-    let lease = con.acquire("run", "w", Some(0.0), None).unwrap();
-    assert_eq!(lease.expires_at, 2.5);
+    let lease = pairs(con.run(&["LEASE.ACQUIRE", "run", "w", "0"]));
+    assert_eq!(field(&lease, "expires_at"), bulk_value("2.5"));
     assert_eq!(con.config_get("lease-ttl"), "2.5");
     assert_eq!(con.config_get("port"), port.to_string());
     server.stop();
@@ -107,8 +107,8 @@ fn the_config_file_is_honoured_and_the_command_line_overrides_it() {
     let server = Server::spawn(command, &dir).expect("starts with the file and a flag");
     let mut con = server.typed();
     // A new run: the first one's lease survived the restart in the log.
-    let lease = con.acquire("run-2", "w", Some(0.0), None).unwrap();
-    assert_eq!(lease.expires_at, 7.0);
+    let lease = pairs(con.run(&["LEASE.ACQUIRE", "run-2", "w", "0"]));
+    assert_eq!(field(&lease, "expires_at"), bulk_value("7"));
     assert_eq!(con.config_get("lease-ttl"), "7");
 }
 
