@@ -11,8 +11,10 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::binary::{Server, wait_until};
+use common::client::bulk_value;
 use common::inprocess::{InProcess, at_one_instant};
 use common::raw::{read_to_close, resp, show};
+use redis::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::advance;
 
@@ -40,7 +42,13 @@ fn proto_max_bulk_len_refuses_a_longer_argument_at_its_header() {
         show(&read_to_close(&mut s)),
         "-ERR Protocol error: invalid bulk length\\r\\n"
     );
-    assert_eq!(con.config_get("proto-max-bulk-len"), "1048576");
+    assert_eq!(
+        con.run(&["CONFIG", "GET", "proto-max-bulk-len"]),
+        Value::Array(vec![
+            bulk_value("proto-max-bulk-len"),
+            bulk_value("1048576"),
+        ])
+    );
     assert_serves_others(&server);
 }
 

@@ -11,6 +11,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use common::binary::{Server, free_port};
+use common::client::bulk_value;
 use common::inprocess::{InProcess, within_wall_clock};
 
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -134,7 +135,10 @@ fn off_by_default() {
             "{}",
             server.log()
         );
-        assert_eq!(server.typed().config_get("metrics-port"), "0");
+        assert_eq!(
+            server.typed().run(&["CONFIG", "GET", "metrics-port"]),
+            redis::Value::Array(vec![bulk_value("metrics-port"), bulk_value("0")])
+        );
     }
 }
 
