@@ -255,9 +255,12 @@ pub fn status(text: &str) -> Value {
     Value::SimpleString(text.to_owned())
 }
 
-/// `CONFIG GET name`'s value.
+/// `CONFIG GET name`'s value, for a name without glob characters: the
+/// reply must be that one pair.
 fn config_value(value: Value, name: &str) -> String {
-    match field(&pairs(value), name) {
+    let pairs = pairs(value);
+    assert_eq!(pairs.len(), 1, "CONFIG GET {name} answered {pairs:?}");
+    match field(&pairs, name) {
         Value::BulkString(bytes) => String::from_utf8(bytes).expect("UTF-8"),
         other => panic!("{name} is {other:?}"),
     }
