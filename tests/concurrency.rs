@@ -8,16 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Barrier};
 use std::thread;
 
-use common::{LeaseReply, Server, lease_reply};
+use common::binary::Server;
+use common::client::{AsyncClient, Client, Lease, lease_reply};
 use redis::Value;
-
-/// The lease in an acquire's reply, or `None` when the run was held.
-fn acquired(value: &Value) -> Option<LeaseReply> {
-    match value {
-        Value::Nil => None,
-        other => Some(lease_reply(other)),
-    }
-}
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8(bytes.to_vec()).unwrap()
@@ -33,13 +26,7 @@ fn fifty_clients_race_for_the_same_hundred_runs() {
 #[test]
 fn the_race_holds_with_four_io_threads() {
     let server = Server::start_with(&["--io-threads", "4"]);
-    let mut con = server.connect();
-    let threads: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("io-threads")
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(threads, ["io-threads", "4"]);
+    assert_eq!(server.typed().config_get("io-threads"), "4");
     race_for_the_same_hundred_runs(&server);
 }
 
@@ -57,7 +44,7 @@ fn race_for_the_same_hundred_runs(server: &Server) {
             };
             let barrier = barrier.clone();
             thread::spawn(move || {
-                let mut con = client.get_connection().unwrap();
+                let mut con = Client::new(client.get_connection().unwrap());
                 let worker = format!("worker-{c}");
                 // Each client in its own order: rotated, and reversed for odd ones.
                 let mut order: Vec<usize> = (0..RUNS).map(|i| (i + 7 * c) % RUNS).collect();
@@ -67,13 +54,8 @@ fn race_for_the_same_hundred_runs(server: &Server) {
                 barrier.wait();
                 let mut won = Vec::new();
                 for run in order {
-                    let value: Value = redis::cmd("LEASE.ACQUIRE")
-                        .arg(format!("run-{run}"))
-                        .arg(&worker)
-                        .arg(0)
-                        .query(&mut con)
-                        .unwrap();
-                    if let Some(lease) = acquired(&value) {
+                    let run_id = format!("run-{run}");
+                    if let Some(lease) = con.acquire(&run_id, &worker, Some(0.0), None) {
                         assert_eq!(lease.run_id, format!("run-{run}").as_bytes());
                         assert_eq!(lease.worker_id, worker.as_bytes());
                         won.push(lease);
@@ -84,7 +66,7 @@ fn race_for_the_same_hundred_runs(server: &Server) {
         })
         .collect();
 
-    let mut winners: BTreeMap<String, LeaseReply> = BTreeMap::new();
+    let mut winners: BTreeMap<String, Lease> = BTreeMap::new();
     for thread in threads {
         for lease in thread.join().unwrap() {
             let run = text(&lease.run_id);
@@ -107,17 +89,11 @@ fn race_for_the_same_hundred_runs(server: &Server) {
         assert_eq!(lease.expires_at, 10.0);
     }
 
-    let mut con = server.connect();
-    let size: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
-    assert_eq!(size, RUNS as i64);
+    let mut con = server.typed();
+    assert_eq!(con.dbsize(), RUNS as i64);
     // The registry agrees with what the winners were told.
     for (run, lease) in &winners {
-        let value: Value = redis::cmd("LEASE.GET")
-            .arg(run)
-            .arg(0)
-            .query(&mut con)
-            .unwrap();
-        let current = lease_reply(&value);
+        let current = con.get(run, Some(0.0)).expect("held");
         assert_eq!(current.lease_id, lease.lease_id);
         assert_eq!(current.fencing_token, lease.fencing_token);
         assert_eq!(current.expired, Some(0));
@@ -144,16 +120,11 @@ fn heartbeats_and_acquires_interleave_without_crossed_replies() {
             };
             let barrier = barrier.clone();
             thread::spawn(move || {
-                let mut con = client.get_connection().unwrap();
+                let mut con = Client::new(client.get_connection().unwrap());
                 let run = format!("hold-{h}");
                 let worker = format!("holder-{h}");
-                let value: Value = redis::cmd("LEASE.ACQUIRE")
-                    .arg(&run)
-                    .arg(&worker)
-                    .arg(0)
-                    .query(&mut con)
-                    .unwrap();
-                let lease = acquired(&value).expect("own run is free");
+                let lease = con.acquire(&run, &worker, Some(0.0), None);
+                let lease = lease.expect("own run is free");
                 let token = lease.fencing_token;
                 let id = text(&lease.lease_id);
                 assert_eq!(id, format!("{run}:{worker}:{token}"));
@@ -198,32 +169,23 @@ fn heartbeats_and_acquires_interleave_without_crossed_replies() {
             let client = server.client();
             let barrier = barrier.clone();
             thread::spawn(move || {
-                let mut con = client.get_connection().unwrap();
+                let mut con = Client::new(client.get_connection().unwrap());
                 let worker = format!("acquirer-{a}");
                 barrier.wait();
                 let mut tokens = Vec::new();
                 for k in 0..NEW_RUNS {
                     let run = format!("new-{a}-{k}");
-                    let value: Value = redis::cmd("LEASE.ACQUIRE")
-                        .arg(&run)
-                        .arg(&worker)
-                        .arg(0)
-                        .query(&mut con)
-                        .unwrap();
-                    let lease = acquired(&value).expect("a new run is free");
+                    let lease = con.acquire(&run, &worker, Some(0.0), None);
+                    let lease = lease.expect("a new run is free");
                     assert_eq!(lease.run_id, run.as_bytes());
                     assert_eq!(lease.worker_id, worker.as_bytes());
                     let id = format!("{run}:{worker}:{}", lease.fencing_token);
                     assert_eq!(text(&lease.lease_id), id);
                     tokens.push(lease.fencing_token);
                     if k % 10 == 0 {
-                        let held: Value = redis::cmd("LEASE.ACQUIRE")
-                            .arg(format!("hold-{}", k / 10 % HOLDERS))
-                            .arg(&worker)
-                            .arg(0)
-                            .query(&mut con)
-                            .unwrap();
-                        assert_eq!(held, Value::Nil, "a holder's run is held");
+                        let held = format!("hold-{}", k / 10 % HOLDERS);
+                        let lease = con.acquire(&held, &worker, Some(0.0), None);
+                        assert_eq!(lease, None, "a holder's run is held");
                     }
                 }
                 tokens
@@ -240,9 +202,7 @@ fn heartbeats_and_acquires_interleave_without_crossed_replies() {
     let unique: BTreeSet<i64> = tokens.iter().copied().collect();
     // Unique, and no failed acquire used one up.
     assert_eq!(unique, (1..=total as i64).collect::<BTreeSet<_>>());
-    let mut con = server.connect();
-    let size: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
-    assert_eq!(size, total as i64);
+    assert_eq!(server.typed().dbsize(), total as i64);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -250,11 +210,7 @@ async fn tasks_sharing_a_multiplexed_connection_get_their_own_replies() {
     const TASKS: usize = 100;
     const EACH: usize = 20;
     let server = Server::start();
-    let con = server
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let con = AsyncClient::connect(&server.url()).await;
     let mut tasks = tokio::task::JoinSet::new();
     for t in 0..TASKS {
         let mut con = con.clone();
@@ -263,20 +219,10 @@ async fn tasks_sharing_a_multiplexed_connection_get_their_own_replies() {
             let mut tokens = Vec::new();
             for n in 0..EACH {
                 let run = format!("m-{t}-{n}");
-                let echo: String = redis::cmd("ECHO")
-                    .arg(&run)
-                    .query_async(&mut con)
-                    .await
-                    .unwrap();
-                assert_eq!(echo, run);
-                let value: Value = redis::cmd("LEASE.ACQUIRE")
-                    .arg(&run)
-                    .arg(&worker)
-                    .arg(0)
-                    .query_async(&mut con)
-                    .await
-                    .unwrap();
-                let lease = acquired(&value).expect("a new run is free");
+                let echo = con.run(&["ECHO", &run]).await;
+                assert_eq!(echo, Value::BulkString(run.clone().into_bytes()));
+                let lease = con.acquire(&run, &worker, Some(0.0), None).await;
+                let lease = lease.expect("a new run is free");
                 assert_eq!(lease.run_id, run.as_bytes());
                 assert_eq!(lease.worker_id, worker.as_bytes());
                 tokens.push(lease.fencing_token);

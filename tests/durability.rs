@@ -3,6 +3,9 @@
 //! prefix of a log, damaged and torn logs, rewrites while serving and
 //! crashes during them, automatic rewrites, `appendonly no`, and write
 //! errors.
+//!
+//! Leases are read with `LEASE.GET run 0`: a lagging `now`, so the read is
+//! at registry time and moves nothing.
 
 mod common;
 
@@ -12,9 +15,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{LeaseReply, Server, lease_reply};
+use common::binary::{Server, data_dir, wait_until};
+use common::client::{Client, Lease, error_line, info_map, info_number, lease_reply};
 use redis::Value;
 
 /// The first bytes of every log file (see `src/aof/format.rs`).
@@ -23,33 +27,12 @@ const LOG: &str = "leased.aof";
 /// A TTL no test outlives, so nothing expires under load.
 const LONG_TTL: &str = "100000";
 
-/// A data directory that outlives the servers started on it.
-fn data_dir() -> (tempfile::TempDir, PathBuf) {
-    let temp = tempfile::tempdir().expect("temp dir");
-    let dir = temp.path().join("data");
-    (temp, dir)
-}
-
 fn start(dir: &Path, args: &[&str]) -> Server {
     Server::start_in(dir, args).unwrap_or_else(|output| panic!("{output}"))
 }
 
-/// `LEASE.GET run 0`: a lagging `now`, so it reads at registry time and
-/// moves nothing.
-fn get(con: &mut redis::Connection, run: &[u8]) -> Option<LeaseReply> {
-    let reply: Value = redis::cmd("LEASE.GET")
-        .arg(run)
-        .arg(0)
-        .query(con)
-        .expect("LEASE.GET");
-    match reply {
-        Value::Nil => None,
-        reply => Some(lease_reply(&reply)),
-    }
-}
-
-/// [`get`] for many runs in one pipeline.
-fn get_all(con: &mut redis::Connection, runs: &[Vec<u8>]) -> Vec<Option<LeaseReply>> {
+/// `LEASE.GET run 0` for many runs, in pipelines.
+fn get_all(con: &mut Client, runs: &[Vec<u8>]) -> Vec<Option<Lease>> {
     let mut state = Vec::with_capacity(runs.len());
     for chunk in runs.chunks(10_000) {
         let mut pipe = redis::pipe();
@@ -67,7 +50,7 @@ fn get_all(con: &mut redis::Connection, runs: &[Vec<u8>]) -> Vec<Option<LeaseRep
 
 /// Acquires each run with `worker` at `now` in pipelines; every run must
 /// be free. Returns the leases in order.
-fn acquire_all(con: &mut redis::Connection, runs: &[Vec<u8>], now: f64) -> Vec<LeaseReply> {
+fn acquire_all(con: &mut Client, runs: &[Vec<u8>], now: f64) -> Vec<Lease> {
     let mut leases = Vec::with_capacity(runs.len());
     for chunk in runs.chunks(10_000) {
         let mut pipe = redis::pipe();
@@ -81,7 +64,7 @@ fn acquire_all(con: &mut redis::Connection, runs: &[Vec<u8>], now: f64) -> Vec<L
 }
 
 /// Heartbeats each lease at `now` in pipelines; each must still be held.
-fn heartbeat_all(con: &mut redis::Connection, leases: &[LeaseReply], now: f64) {
+fn heartbeat_all(con: &mut Client, leases: &[Lease], now: f64) {
     for chunk in leases.chunks(10_000) {
         let mut pipe = redis::pipe();
         for lease in chunk {
@@ -95,59 +78,18 @@ fn heartbeat_all(con: &mut redis::Connection, leases: &[LeaseReply], now: f64) {
     }
 }
 
-fn dbsize(con: &mut redis::Connection) -> i64 {
-    redis::cmd("DBSIZE").query(con).expect("DBSIZE")
-}
-
-/// The fields of `INFO persistence`.
-fn persistence(con: &mut redis::Connection) -> HashMap<String, String> {
-    let text: String = redis::cmd("INFO")
-        .arg("persistence")
-        .query(con)
-        .expect("INFO persistence");
-    parse_info(&text)
-}
-
-fn parse_info(text: &str) -> HashMap<String, String> {
-    text.lines()
-        .filter_map(|line| line.split_once(':'))
-        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
-        .collect()
-}
-
-fn info_number(info: &HashMap<String, String>, key: &str) -> u64 {
-    info.get(key)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no number {key} in {info:?}"))
-}
-
 /// Acquires a run nobody used, at a lagging `now` with a TTL of 1, and
 /// returns its token and registry time as the server saw it (`expires_at`
 /// is `max(registry time, 0) + 1`).
-fn probe(con: &mut redis::Connection, run: &str) -> (i64, f64) {
-    let reply: Value = redis::cmd("LEASE.ACQUIRE")
-        .arg(run)
-        .arg("probe")
-        .arg(0)
-        .arg("TTL")
-        .arg(1)
-        .query(con)
-        .expect("probe LEASE.ACQUIRE");
-    let lease = lease_reply(&reply);
+fn probe(con: &mut Client, run: &str) -> (i64, f64) {
+    let lease = con.acquire(run, "probe", Some(0.0), Some(1.0));
+    let lease = lease.expect("a run nobody used");
     (lease.fencing_token, lease.expires_at - 1.0)
 }
 
 /// Whether an error means the server went away (as opposed to replying).
 fn gone(error: &redis::RedisError) -> bool {
     error.is_io_error() || error.is_connection_dropped()
-}
-
-fn error_text(error: &redis::RedisError) -> String {
-    format!(
-        "{} {}",
-        error.code().unwrap_or("?"),
-        error.detail().unwrap_or("")
-    )
 }
 
 /// Files in `dir` whose names start with `prefix`.
@@ -163,20 +105,6 @@ fn files_starting(dir: &Path, prefix: &str) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Waits for the server to print `text` (its output arrives on threads of
-/// the harness, a moment after the server wrote it).
-fn wait_for_log(server: &Server, text: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !server.log().contains(text) {
-        assert!(
-            Instant::now() < deadline,
-            "no {text:?} in:\n{}",
-            server.log()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 // ---------------------------------------------------------------------------
 // 1. kill -9 under load, in every fsync mode
 // ---------------------------------------------------------------------------
@@ -185,7 +113,7 @@ fn wait_for_log(server: &Server, text: &str) {
 #[derive(Default)]
 struct History {
     /// Run i of this client and the lease its acquire returned.
-    acquired: Vec<(String, LeaseReply)>,
+    acquired: Vec<(String, Lease)>,
     /// Runs and `now`s of heartbeats that returned 1.
     heartbeats: Vec<(String, f64)>,
     /// Runs whose release returned 1.
@@ -282,11 +210,13 @@ fn kill_under_load(fsync: &str) {
             std::thread::spawn(move || storm_client(con, tag, t, ops, failed))
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while ops.load(Ordering::Relaxed) < 3_000 && !failed.load(Ordering::Relaxed) {
-        assert!(Instant::now() < deadline, "clients too slow");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    wait_until(Duration::from_secs(20), || {
+        let done = ops.load(Ordering::Relaxed);
+        if done >= 3_000 || failed.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        Err(format!("clients too slow: {done} commands"))
+    });
     server.kill9();
     let histories: Vec<History> = clients
         .into_iter()
@@ -294,7 +224,7 @@ fn kill_under_load(fsync: &str) {
         .collect();
 
     let server = start(&dir, &args);
-    let mut con = server.connect();
+    let mut con = server.typed();
     let seen_max = histories
         .iter()
         .flat_map(|h| h.acquired.iter().map(|(_, lease)| lease.fencing_token))
@@ -327,7 +257,7 @@ fn kill_under_load(fsync: &str) {
     let present = state.iter().filter(|lease| lease.is_some()).count();
     // The probe holds a lease too.
     assert_eq!(
-        dbsize(&mut con),
+        con.dbsize(),
         present as i64 + 1,
         "{fsync}: DBSIZE disagrees with LEASE.GET of every run used"
     );
@@ -339,7 +269,7 @@ fn kill_under_load(fsync: &str) {
             lease.fencing_token
         );
     }
-    let by_run: HashMap<&[u8], &Option<LeaseReply>> =
+    let by_run: HashMap<&[u8], &Option<Lease>> =
         runs.iter().map(|r| &r[..]).zip(state.iter()).collect();
     let mut checked = 0;
     for history in &histories {
@@ -434,11 +364,11 @@ fn registry_time_resumes_after_a_clean_restart() {
     let (_temp, dir) = data_dir();
     let args = ["--lease-ttl", "10"];
     let mut server = start(&dir, &args);
-    let mut con = server.connect();
-    common::acquire(&mut con, "early", "w", 1000.0).expect("free");
+    let mut con = server.typed();
+    con.acquire("early", "w", Some(1000.0), None).expect("free");
     server.stop();
     let server = start(&dir, &args);
-    let mut con = server.connect();
+    let mut con = server.typed();
     let reply: Value = redis::cmd("LEASE.ACQUIRE")
         .arg("x")
         .arg("w")
@@ -453,8 +383,8 @@ fn registry_time_resumes_after_a_crash_with_always() {
     let (_temp, dir) = data_dir();
     let args = ["--lease-ttl", "10", "--appendfsync", "always"];
     let mut server = start(&dir, &args);
-    let mut con = server.connect();
-    common::acquire(&mut con, "early", "w", 1000.0).expect("free");
+    let mut con = server.typed();
+    con.acquire("early", "w", Some(1000.0), None).expect("free");
     // A command that changes no lease still moves registry time.
     let valid: i64 = redis::cmd("LEASE.VALIDATE")
         .arg("early")
@@ -466,7 +396,7 @@ fn registry_time_resumes_after_a_crash_with_always() {
     assert_eq!(valid, 0, "expired at 1500");
     server.kill9();
     let server = start(&dir, &args);
-    let mut con = server.connect();
+    let mut con = server.typed();
     let reply: Value = redis::cmd("LEASE.ACQUIRE")
         .arg("x")
         .arg("w")
@@ -475,7 +405,7 @@ fn registry_time_resumes_after_a_crash_with_always() {
         .unwrap();
     assert_eq!(lease_reply(&reply).expires_at, 1510.0);
     // The lease from before is there, and expired at registry time.
-    let early = get(&mut con, b"early").expect("early survived");
+    let early = con.get(b"early", Some(0.0)).expect("early survived");
     assert_eq!((early.fencing_token, early.expired), (1, Some(1)));
 }
 
@@ -573,7 +503,7 @@ const SMALL_STEPS: &[Step] = &[
 #[derive(Clone, Debug, PartialEq)]
 struct Snapshot {
     /// LEASE.GET of each of [`SMALL_RUNS`] and `late`, without `expired`.
-    leases: Vec<Option<LeaseReply>>,
+    leases: Vec<Option<Lease>>,
     /// Registry time as a probe sees it: `max(time, 0)`.
     time: f64,
     /// The last token issued.
@@ -597,7 +527,7 @@ fn small_runs() -> Vec<Vec<u8>> {
     runs
 }
 
-fn small_state(con: &mut redis::Connection) -> Vec<Option<LeaseReply>> {
+fn small_state(con: &mut Client) -> Vec<Option<Lease>> {
     get_all(con, &small_runs())
         .into_iter()
         .map(|lease| {
@@ -614,7 +544,7 @@ fn small_state(con: &mut redis::Connection) -> Vec<Option<LeaseReply>> {
 fn build_small_log() -> SmallLog {
     let (_temp, dir) = data_dir();
     let mut server = start(&dir, &["--appendfsync", "always"]);
-    let mut con = server.connect();
+    let mut con = server.typed();
     let log_len = || fs::metadata(dir.join(LOG)).expect("log exists").len() as usize;
     let mut snapshots = vec![Snapshot {
         leases: vec![None; SMALL_RUNS.len() + 1],
@@ -786,9 +716,9 @@ fn check_prefix(
             "the log is {on_disk} bytes after the start, good part {good}"
         ));
     }
-    let mut con = server.connect();
+    let mut con = server.typed();
     let leases = small_state(&mut con);
-    let size = dbsize(&mut con);
+    let size = con.dbsize();
     let (token, time) = probe(&mut con, "probe");
     let observed = Snapshot {
         leases,
@@ -893,7 +823,7 @@ fn damaged_log_is_refused(small: &SmallLog, frame: Frame, damage: impl Fn(&mut V
     assert_ne!(bytes, small.bytes);
     small.write_dir(&dir, &bytes, true);
     let dir_arg = dir.to_str().unwrap();
-    let refused = common::run_to_exit(&["--port", "0", "--dir", dir_arg]);
+    let refused = common::binary::run_to_exit(&["--port", "0", "--dir", dir_arg]);
     let output = refused.output();
     assert!(
         !refused.status.success(),
@@ -929,7 +859,7 @@ fn damaged_log_is_refused(small: &SmallLog, frame: Frame, damage: impl Fn(&mut V
         bytes,
         "the copy is the whole file"
     );
-    let mut con = server.connect();
+    let mut con = server.typed();
     let expected = small.expected_at(frame.start);
     assert_eq!(expected.len(), 1, "damage at a command boundary");
     let state = small_state(&mut con);
@@ -943,7 +873,7 @@ fn damaged_log_is_refused(small: &SmallLog, frame: Frame, damage: impl Fn(&mut V
         !log.contains("corrupt") && !log.contains("incomplete"),
         "{log}"
     );
-    let mut con = server.connect();
+    let mut con = server.typed();
     assert_eq!(small_state(&mut con), expected[0].leases);
     let (token, _) = probe(&mut con, "probe");
     assert!(token > small.snapshots.last().unwrap().last_token);
@@ -1006,11 +936,11 @@ fn a_torn_final_record_is_cut_with_a_warning_and_the_rest_loads() {
         "{log}"
     );
     assert_eq!(fs::read(dir.join(LOG)).unwrap(), &small.bytes[..last.start]);
-    let mut con = server.connect();
+    let mut con = server.typed();
     let before_last = &small.snapshots[SMALL_STEPS.len() - 1];
     assert_eq!(small_state(&mut con), before_last.leases);
-    assert_eq!(get(&mut con, b"late"), None);
-    assert_eq!(dbsize(&mut con), 4);
+    assert_eq!(con.get(b"late", Some(0.0)), None);
+    assert_eq!(con.dbsize(), 4);
     let (token, _) = probe(&mut con, "probe");
     assert!(
         token > 8,
@@ -1037,7 +967,7 @@ fn a_zero_filled_tail_is_cut_with_a_warning_and_every_record_loads() {
         "{log}"
     );
     assert_eq!(fs::read(dir.join(LOG)).unwrap(), small.bytes);
-    let mut con = server.connect();
+    let mut con = server.typed();
     assert_eq!(
         small_state(&mut con),
         small.snapshots.last().unwrap().leases
@@ -1052,7 +982,7 @@ fn a_zero_filled_tail_is_cut_with_a_warning_and_every_record_loads() {
 #[derive(Default)]
 struct Touched {
     /// Its own runs and the leases it acquired.
-    acquired: Vec<(Vec<u8>, LeaseReply)>,
+    acquired: Vec<(Vec<u8>, Lease)>,
     /// Runs whose release returned 1.
     released: Vec<Vec<u8>>,
     /// Preloaded runs it heartbeated.
@@ -1069,7 +999,7 @@ fn rewrite_client(
     mut con: redis::Connection,
     t: usize,
     clients: usize,
-    preloaded: Arc<Vec<LeaseReply>>,
+    preloaded: Arc<Vec<Lease>>,
     stop: Arc<AtomicBool>,
     ops: Arc<AtomicUsize>,
 ) -> Touched {
@@ -1087,7 +1017,7 @@ fn rewrite_client(
             pipe.cmd("LEASE.ACQUIRE").arg(&run[..]).arg("w").arg(1000);
         }
         // Every other lease of the last round.
-        let mine: Vec<(Vec<u8>, LeaseReply)> = touched
+        let mine: Vec<(Vec<u8>, Lease)> = touched
             .acquired
             .iter()
             .rev()
@@ -1101,7 +1031,7 @@ fn rewrite_client(
                 .arg(lease.fencing_token);
         }
         // Preloaded leases: one in three released, the others heartbeated.
-        let old: Vec<(bool, &LeaseReply)> = (0..BATCH)
+        let old: Vec<(bool, &Lease)> = (0..BATCH)
             .map(|_| {
                 i += 1;
                 (i % 3 == 0, &preloaded[(i * clients + t) % preloaded.len()])
@@ -1126,11 +1056,21 @@ fn rewrite_client(
             touched.acquired.push((run, lease_reply(reply)));
         }
         for ((run, _), reply) in mine.into_iter().zip(released) {
-            assert_eq!(reply, &Value::Int(1), "release of {}", common::show(&run));
+            assert_eq!(
+                reply,
+                &Value::Int(1),
+                "release of {}",
+                common::raw::show(&run)
+            );
             touched.released.push(run);
         }
         for ((release, lease), reply) in old.into_iter().zip(old_replies) {
-            assert_eq!(reply, &Value::Int(1), "{}", common::show(&lease.run_id));
+            assert_eq!(
+                reply,
+                &Value::Int(1),
+                "{}",
+                common::raw::show(&lease.run_id)
+            );
             if release {
                 touched.released.push(lease.run_id.clone());
             } else {
@@ -1143,24 +1083,24 @@ fn rewrite_client(
 }
 
 fn wait_for_ops(ops: &AtomicUsize, at_least: usize) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while ops.load(Ordering::Relaxed) < at_least {
-        assert!(Instant::now() < deadline, "clients too slow");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    wait_until(Duration::from_secs(20), || {
+        match ops.load(Ordering::Relaxed) {
+            done if done >= at_least => Ok(()),
+            done => Err(format!("clients too slow: {done} round trips")),
+        }
+    });
 }
 
-fn wait_for_rewrites(con: &mut redis::Connection, rewrites: u64) -> HashMap<String, String> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let info = persistence(con);
+/// Waits for `rewrites` rewrites to have finished; `INFO persistence`.
+fn wait_for_rewrites(con: &mut Client, rewrites: u64) -> HashMap<String, String> {
+    wait_until(Duration::from_secs(30), || {
+        let info = con.info("persistence");
         if info["aof_rewrite_in_progress"] == "0" && info_number(&info, "aof_rewrites") >= rewrites
         {
-            return info;
+            return Ok(info);
         }
-        assert!(Instant::now() < deadline, "rewrite not done: {info:?}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        Err(format!("rewrite not done: {info:?}"))
+    })
 }
 
 fn rewrite_under_load(crash: bool) {
@@ -1170,7 +1110,7 @@ fn rewrite_under_load(crash: bool) {
     let fsync = if crash { "always" } else { "everysec" };
     let args = ["--lease-ttl", LONG_TTL, "--appendfsync", fsync];
     let mut server = start(&dir, &args);
-    let mut con = server.connect();
+    let mut con = server.typed();
     let runs: Vec<Vec<u8>> = (0..PRELOADED)
         .map(|i| format!("pre-{i}").into_bytes())
         .collect();
@@ -1178,7 +1118,7 @@ fn rewrite_under_load(crash: bool) {
     // Heartbeats make the log much longer than the live state.
     heartbeat_all(&mut con, &preloaded, 1001.0);
     heartbeat_all(&mut con, &preloaded, 1002.0);
-    let before = info_number(&persistence(&mut con), "aof_current_size");
+    let before = info_number(&con.info("persistence"), "aof_current_size");
 
     let preloaded = Arc::new(preloaded);
     let stop = Arc::new(AtomicBool::new(false));
@@ -1226,7 +1166,7 @@ fn rewrite_under_load(crash: bool) {
         finished - started,
         ops.load(Ordering::Relaxed)
     );
-    let base = info_number(&persistence(&mut con), "aof_base_size");
+    let base = info_number(&con.info("persistence"), "aof_base_size");
     assert!(
         base < before * 3 / 4,
         "the rewritten log ({base} bytes) is not much smaller than the log before ({before})"
@@ -1237,9 +1177,9 @@ fn rewrite_under_load(crash: bool) {
         all_runs.extend(client.acquired.iter().map(|(run, _)| run.clone()));
     }
     let state = get_all(&mut con, &all_runs);
-    let size = dbsize(&mut con);
+    let size = con.dbsize();
     // What the clients were told holds before the restart, too.
-    let by_run: HashMap<&[u8], &Option<LeaseReply>> =
+    let by_run: HashMap<&[u8], &Option<Lease>> =
         all_runs.iter().map(|r| &r[..]).zip(state.iter()).collect();
     for client in &touched {
         for run in &client.released {
@@ -1258,15 +1198,15 @@ fn rewrite_under_load(crash: bool) {
         server.stop();
     }
     let server = start(&dir, &args);
-    let mut con = server.connect();
-    assert_eq!(dbsize(&mut con), size, "DBSIZE after the restart");
+    let mut con = server.typed();
+    assert_eq!(con.dbsize(), size, "DBSIZE after the restart");
     let after = get_all(&mut con, &all_runs);
     for ((run, before), after) in all_runs.iter().zip(&state).zip(&after) {
         assert_eq!(
             before,
             after,
             "{} changed across the restart",
-            common::show(run)
+            common::raw::show(run)
         );
     }
 }
@@ -1291,7 +1231,7 @@ fn a_crash_during_a_rewrite_loses_nothing() {
     let (_temp, dir) = data_dir();
     let args = ["--lease-ttl", LONG_TTL, "--appendfsync", "always"];
     let mut server = start(&dir, &args);
-    let mut con = server.connect();
+    let mut con = server.typed();
     let runs: Vec<Vec<u8>> = (0..LEASES)
         .map(|i| format!("big-{i}").into_bytes())
         .collect();
@@ -1315,11 +1255,7 @@ fn a_crash_during_a_rewrite_loses_nothing() {
         .query(&mut con)
         .expect("pipeline");
     server.kill9();
-    let info = match &replies[4] {
-        Value::BulkString(text) => parse_info(&String::from_utf8_lossy(text)),
-        Value::VerbatimString { text, .. } => parse_info(text),
-        other => panic!("INFO replied {other:?}"),
-    };
+    let info = info_map(&replies[4]);
     assert_eq!(info["aof_rewrite_in_progress"], "1", "{info:?}");
     let during = lease_reply(&replies[1]);
     assert_eq!(replies[2], Value::Int(1));
@@ -1334,19 +1270,22 @@ fn a_crash_during_a_rewrite_loses_nothing() {
         !dir.join("leased.aof.rewrite").exists(),
         "the rewrite's temporary file is still there"
     );
-    let mut con = server.connect();
+    let mut con = server.typed();
     assert_eq!(
-        dbsize(&mut con),
+        con.dbsize(),
         LEASES as i64,
         "200k - 1 released + 1 acquired"
     );
     assert_eq!(
-        get(&mut con, b"during").map(|l| l.fencing_token),
+        con.get(b"during", Some(0.0)).map(|l| l.fencing_token),
         Some(during.fencing_token)
     );
-    assert_eq!(get(&mut con, &runs[7]), None);
+    assert_eq!(con.get(&runs[7], Some(0.0)), None);
     let ttl: f64 = LONG_TTL.parse().unwrap();
-    assert_eq!(get(&mut con, &runs[8]).unwrap().expires_at, 1500.0 + ttl);
+    assert_eq!(
+        con.get(&runs[8], Some(0.0)).unwrap().expires_at,
+        1500.0 + ttl
+    );
     let sample: Vec<usize> = (0..LEASES)
         .step_by(997)
         .filter(|&i| i != 7 && i != 8)
@@ -1377,10 +1316,10 @@ fn a_crash_during_a_rewrite_loses_nothing() {
         "left by a clean stop"
     );
     let server = start(&dir, &args);
-    let mut con = server.connect();
-    assert_eq!(dbsize(&mut con), LEASES as i64 + 1, "with the probe");
+    let mut con = server.typed();
+    assert_eq!(con.dbsize(), LEASES as i64 + 1, "with the probe");
     assert_eq!(
-        get(&mut con, b"probe").map(|l| l.fencing_token),
+        con.get(b"probe", Some(0.0)).map(|l| l.fencing_token),
         Some(token)
     );
 }
@@ -1401,9 +1340,10 @@ fn the_log_is_rewritten_automatically_when_it_grows() {
         "30",
     ];
     let mut server = start(&dir, &args);
-    let mut con = server.connect();
-    let token = common::acquire(&mut con, "hot", "w", 1000.0).expect("free");
-    let heartbeat = |con: &mut redis::Connection, from: u64, count: u64| {
+    let mut con = server.typed();
+    let hot = con.acquire("hot", "w", Some(1000.0), None).expect("free");
+    let token = hot.fencing_token;
+    let heartbeat = |con: &mut Client, from: u64, count: u64| {
         let mut pipe = redis::pipe();
         for now in from..from + count {
             pipe.cmd("LEASE.HEARTBEAT")
@@ -1419,7 +1359,7 @@ fn the_log_is_rewritten_automatically_when_it_grows() {
     loop {
         heartbeat(&mut con, now, 100);
         now += 100;
-        let info = persistence(&mut con);
+        let info = con.info("persistence");
         let size = info_number(&info, "aof_current_size");
         if info_number(&info, "aof_rewrites") >= 1 && size < largest {
             break;
@@ -1439,11 +1379,11 @@ fn the_log_is_rewritten_automatically_when_it_grows() {
     assert!(fs::metadata(dir.join(LOG)).unwrap().len() < 64 * 1024);
     server.kill9();
     let server = start(&dir, &args);
-    let mut con = server.connect();
-    let lease = get(&mut con, b"hot").expect("the lease survived");
+    let mut con = server.typed();
+    let lease = con.get(b"hot", Some(0.0)).expect("the lease survived");
     assert_eq!(lease.fencing_token, token);
     assert_eq!(lease.expires_at, last_now + 30.0);
-    assert_eq!(dbsize(&mut con), 1);
+    assert_eq!(con.dbsize(), 1);
 }
 
 /// A snapshot has no record of released leases, yet tokens and registry
@@ -1453,11 +1393,12 @@ fn a_rewritten_log_keeps_the_last_token_and_registry_time() {
     let (_temp, dir) = data_dir();
     let args = ["--lease-ttl", "10"];
     let mut server = start(&dir, &args);
-    let mut con = server.connect();
+    let mut con = server.typed();
     for run in ["r1", "r2", "r3"] {
-        common::acquire(&mut con, run, "w", 1000.0).expect("free");
+        con.acquire(run, "w", Some(1000.0), None).expect("free");
     }
-    let kept = common::acquire(&mut con, "kept", "w", 1200.0).expect("free");
+    let kept = con.acquire("kept", "w", Some(1200.0), None).expect("free");
+    let kept = kept.fencing_token;
     for (run, token) in [("r1", 1), ("r2", 2), ("r3", 3)] {
         let released: i64 = redis::cmd("LEASE.RELEASE")
             .arg(format!("{run}:w:{token}"))
@@ -1479,9 +1420,12 @@ fn a_rewritten_log_keeps_the_last_token_and_registry_time() {
     fs::create_dir_all(&moved).unwrap();
     fs::write(moved.join(LOG), &log).unwrap();
     let server = start(&moved, &args);
-    let mut con = server.connect();
-    assert_eq!(dbsize(&mut con), 1);
-    assert_eq!(get(&mut con, b"kept").map(|l| l.fencing_token), Some(kept));
+    let mut con = server.typed();
+    assert_eq!(con.dbsize(), 1);
+    assert_eq!(
+        con.get(b"kept", Some(0.0)).map(|l| l.fencing_token),
+        Some(kept)
+    );
     let reply: Value = redis::cmd("LEASE.ACQUIRE")
         .arg("r1")
         .arg("w")
@@ -1506,18 +1450,19 @@ fn without_the_log_leases_are_lost_but_tokens_go_on() {
     let (_temp, dir) = data_dir();
     let args = ["--appendonly", "no"];
     let mut server = start(&dir, &args);
-    let mut con = server.connect();
+    let mut con = server.typed();
     for (i, run) in ["r1", "r2", "r3"].into_iter().enumerate() {
         assert_eq!(
-            common::acquire(&mut con, run, "w", 1000.0),
+            con.acquire(run, "w", Some(1000.0), None)
+                .map(|lease| lease.fencing_token),
             Some(i as i64 + 1)
         );
     }
     let error = redis::cmd("BGREWRITEAOF")
         .query::<Value>(&mut con)
         .expect_err("BGREWRITEAOF without a log");
-    assert!(error_text(&error).starts_with("ERR"), "{error:?}");
-    assert_eq!(persistence(&mut con)["aof_enabled"], "0");
+    assert!(error_line(&error).starts_with("ERR"), "{error:?}");
+    assert_eq!(con.info("persistence")["aof_enabled"], "0");
     server.kill9();
     assert!(!dir.join(LOG).exists(), "appendonly no wrote a log");
 
@@ -1527,10 +1472,11 @@ fn without_the_log_leases_are_lost_but_tokens_go_on() {
         "{}",
         server.log()
     );
-    let mut con = server.connect();
-    assert_eq!(dbsize(&mut con), 0);
-    assert_eq!(get(&mut con, b"r1"), None);
-    let next = common::acquire(&mut con, "r1", "w", 1000.0).expect("free after restart");
+    let mut con = server.typed();
+    assert_eq!(con.dbsize(), 0);
+    assert_eq!(con.get(b"r1", Some(0.0)), None);
+    let next = con.acquire("r1", "w", Some(1000.0), None);
+    let next = next.expect("free after restart").fencing_token;
     assert!(next > 3, "token {next} after tokens 1-3");
 }
 
@@ -1541,7 +1487,7 @@ fn without_the_log_leases_are_lost_but_tokens_go_on() {
 /// Whether `error` is the refusal a failing log gives.
 fn misconf(result: redis::RedisResult<Value>, what: &str) {
     match result {
-        Err(error) if error_text(&error).starts_with("MISCONF") => {}
+        Err(error) if error_line(&error).starts_with("MISCONF") => {}
         other => panic!("{what} while the log fails: {other:?}"),
     }
 }
@@ -1555,11 +1501,11 @@ fn a_failing_log_refuses_changes_with_misconf() {
     command
         .arg("-c")
         .arg("ulimit -f 16; trap '' XFSZ; exec \"$0\" \"$@\"")
-        .arg(common::BINARY)
+        .arg(common::binary::BINARY)
         .args(["--port", "0", "--appendfsync", "always", "--dir"])
         .arg(&dir);
     let mut server = Server::spawn(command, &dir).unwrap_or_else(|output| panic!("{output}"));
-    let mut con = server.connect();
+    let mut con = server.typed();
     let mut acknowledged = Vec::new();
     loop {
         let run = format!("m-{}", acknowledged.len());
@@ -1570,7 +1516,7 @@ fn a_failing_log_refuses_changes_with_misconf() {
             .query::<Value>(&mut con);
         match reply {
             Ok(reply) => acknowledged.push(lease_reply(&reply)),
-            Err(error) if error_text(&error).starts_with("MISCONF") => break,
+            Err(error) if error_line(&error).starts_with("MISCONF") => break,
             Err(error) => panic!("acquire {run}: {error:?}"),
         }
         assert!(acknowledged.len() < 1000, "8 KiB of log never failed");
@@ -1580,9 +1526,13 @@ fn a_failing_log_refuses_changes_with_misconf() {
         "failed early: {}",
         acknowledged.len()
     );
-    wait_for_log(&server, "Writing the append-only log failed");
+    let failed = "Writing the append-only log failed";
+    wait_until(Duration::from_secs(10), || match server.log() {
+        log if log.contains(failed) => Ok(()),
+        log => Err(format!("no {failed:?} in:\n{log}")),
+    });
     let held = acknowledged[0].clone();
-    let refusals = |con: &mut redis::Connection| {
+    let refusals = |con: &mut Client| {
         misconf(
             redis::cmd("LEASE.ACQUIRE")
                 .arg("new")
@@ -1609,7 +1559,7 @@ fn a_failing_log_refuses_changes_with_misconf() {
     };
     refusals(&mut con);
     // Reads still answer, and the refused changes did not happen.
-    let lease = get(&mut con, &held.run_id).expect("held lease");
+    let lease = con.get(&held.run_id, Some(0.0)).expect("held lease");
     assert_eq!(
         lease.expires_at, held.expires_at,
         "a refused heartbeat extended it"
@@ -1624,12 +1574,23 @@ fn a_failing_log_refuses_changes_with_misconf() {
     assert_eq!(valid, 1);
     let pong: String = redis::cmd("PING").query(&mut con).unwrap();
     assert_eq!(pong, "PONG");
-    assert_eq!(persistence(&mut con)["aof_last_write_status"], "err");
-    assert_eq!(get(&mut con, b"new"), None);
-    // The server retries the write after a second; it fails again.
+    assert_eq!(con.info("persistence")["aof_last_write_status"], "err");
+    assert_eq!(con.get(b"new", Some(0.0)), None);
+    // The server retries the write a second after it failed; it fails
+    // again, and says so again. A real wait: the retry follows the
+    // process's own clock (std::time::Instant, not tokio's), and the
+    // failure needs a process of its own (`ulimit -f`).
+    let failures = |server: &Server| server.log().matches(failed).count();
+    let before = failures(&server);
     std::thread::sleep(Duration::from_millis(1100));
     refusals(&mut con);
-    assert_eq!(persistence(&mut con)["aof_last_write_status"], "err");
+    assert_eq!(con.info("persistence")["aof_last_write_status"], "err");
+    wait_until(Duration::from_secs(10), || match failures(&server) {
+        after if after > before => Ok(()),
+        after => Err(format!(
+            "{after} failures logged, {before} before the retry"
+        )),
+    });
     server.kill9();
 
     let server = start(&dir, &["--appendfsync", "always"]);
@@ -1638,15 +1599,15 @@ fn a_failing_log_refuses_changes_with_misconf() {
         !log.contains("incomplete") && !log.contains("corrupt"),
         "{log}"
     );
-    let mut con = server.connect();
+    let mut con = server.typed();
     let runs: Vec<Vec<u8>> = acknowledged.iter().map(|l| l.run_id.clone()).collect();
     for (lease, after) in acknowledged.iter().zip(get_all(&mut con, &runs)) {
-        let mut after =
-            after.unwrap_or_else(|| panic!("acknowledged {} is gone", common::show(&lease.run_id)));
+        let mut after = after
+            .unwrap_or_else(|| panic!("acknowledged {} is gone", common::raw::show(&lease.run_id)));
         after.expired = None;
         assert_eq!(&after, lease);
     }
-    assert_eq!(get(&mut con, b"new"), None);
+    assert_eq!(con.get(b"new", Some(0.0)), None);
     let (token, _) = probe(&mut con, "probe");
     let last = acknowledged.last().unwrap().fencing_token;
     assert!(

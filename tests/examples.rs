@@ -18,7 +18,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::Server;
+use common::binary::Server;
 
 /// The workers' exit codes.
 const FINISHED: i32 = 0;
@@ -135,8 +135,9 @@ impl Worker {
         });
     }
 
-    /// Polls `ready` until it gives a value; panics, with the worker's
-    /// output, if the worker exits first or PATIENCE runs out.
+    /// Polls `ready` every 5 ms until it gives a value (nothing wakes the
+    /// test when another process writes or stops); panics, with the
+    /// worker's output, if the worker exits first or PATIENCE runs out.
     fn wait_until<T>(&mut self, what: &str, mut ready: impl FnMut(&Self) -> Option<T>) -> T {
         let deadline = Instant::now() + PATIENCE;
         loop {
@@ -150,7 +151,7 @@ impl Worker {
                 );
             }
             assert!(Instant::now() < deadline, "no {what}:\n{}", self.output());
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 
@@ -162,7 +163,8 @@ impl Worker {
         assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0, "SIGCONT");
     }
 
-    /// Waits for the worker to exit; its exit code and all its output.
+    /// Waits for the worker to exit, polling every 5 ms; its exit code and
+    /// all its output.
     fn finish(mut self) -> (i32, String) {
         let deadline = Instant::now() + PATIENCE;
         let status: ExitStatus = loop {
@@ -174,7 +176,7 @@ impl Worker {
                 "worker still running:\n{}",
                 self.output()
             );
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(5));
         };
         let output = self.finish_output();
         let code = status
@@ -255,21 +257,6 @@ fn row(db: &Path, run: &str) -> Option<(u32, i64, String)> {
     rows.next().map(|r| r.unwrap())
 }
 
-/// `LEASE.ACQUIRE run worker` on the server's clock: the token, or None
-/// when the run is held.
-fn take(server: &Server, run: &str, worker: &str) -> Option<i64> {
-    let lease = common::run(&mut server.connect(), &["LEASE.ACQUIRE", run, worker]);
-    common::lease_field(&lease, "fencing_token").map(|token| match token {
-        redis::Value::Int(token) => *token,
-        other => panic!("fencing_token is not an integer: {other:?}"),
-    })
-}
-
-/// `LEASE.GET run`: the reply, nil when nobody holds the run.
-fn lease_of(server: &Server, run: &str) -> redis::Value {
-    common::run(&mut server.connect(), &["LEASE.GET", run])
-}
-
 fn a_worker_checkpoints_every_step_and_releases(language: Language) {
     let server = Server::start();
     let temp = tempfile::tempdir().unwrap();
@@ -293,7 +280,7 @@ fn a_worker_checkpoints_every_step_and_releases(language: Language) {
     assert!(output.contains("released=1"), "{output}");
     let expected = (2, token, language.worker_id().to_owned());
     assert_eq!(row(&db, &run), Some(expected), "{output}");
-    assert_eq!(lease_of(&server, &run), redis::Value::Nil, "not released");
+    assert_eq!(server.typed().get(&run, None), None, "not released");
 }
 
 #[test]
@@ -311,7 +298,8 @@ fn a_worker_does_not_write_to_a_run_held_by_another(language: Language) {
     let server = Server::start();
     let temp = tempfile::tempdir().unwrap();
     let db = temp.path().join("checkpoints.db");
-    let holder = take(&server, "held", "holder").expect("acquired");
+    let holder = server.typed().acquire("held", "holder", None, None);
+    let holder = holder.expect("acquired");
     let (code, output) = run_worker(language, &server, &db, &["--run", "held"]);
     assert_eq!(code, HELD, "{output}");
     assert!(
@@ -319,8 +307,11 @@ fn a_worker_does_not_write_to_a_run_held_by_another(language: Language) {
         "{output}"
     );
     assert_eq!(row(&db, "held"), None);
-    let still = common::lease_field(&lease_of(&server, "held"), "fencing_token").cloned();
-    assert_eq!(still, Some(redis::Value::Int(holder)));
+    let still = server
+        .typed()
+        .get("held", None)
+        .map(|lease| lease.fencing_token);
+    assert_eq!(still, Some(holder.fencing_token));
 }
 
 #[test]
@@ -338,7 +329,8 @@ fn the_python_worker_does_not_write_to_a_run_held_by_another() {
 /// valid. Its lease expires; worker B takes the run over with a higher
 /// token and checkpoints to the end. A, resumed, writes at once, believing
 /// it still holds the run: the storage rejects the write, and the row is
-/// B's.
+/// B's. The test does not wait for A's lease to expire: a LEASE.GET with
+/// an explicit `now` at its expiry moves registry time there.
 fn a_paused_workers_late_write_is_rejected(paused: Language, taker: Language) {
     let server = Server::start();
     let temp = tempfile::tempdir().unwrap();
@@ -351,20 +343,13 @@ fn a_paused_workers_late_write_is_rejected(paused: Language, taker: Language) {
     let (_, a_token) = acquired(&a.output());
     assert_eq!(row(&db, "run-1"), Some((0, a_token, "worker-a".into())));
 
-    // The test waits on the registry's word that A's lease expired.
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let lease = lease_of(&server, "run-1");
-        let expired = common::lease_field(&lease, "expired").cloned();
-        if expired == Some(redis::Value::Int(1)) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "A's lease never expired: {lease:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    // Registry time moves to A's expiry: the registry's word that A's
+    // lease expired, without waiting for it.
+    let mut con = server.typed();
+    let lease = con.get("run-1", None).expect("A's lease");
+    assert_eq!((lease.fencing_token, lease.expired), (a_token, Some(0)));
+    let expired = con.get("run-1", Some(lease.expires_at));
+    assert_eq!(expired, Some(lease.with_expired(true)));
 
     let b_args = [
         "--run", "run-1", "--worker", "worker-b", "--ttl", "5", "--steps", "3",
@@ -412,7 +397,7 @@ fn a_worker_stops_writing_once_a_heartbeat_fails(language: Language) {
     let server = Server::start();
     let temp = tempfile::tempdir().unwrap();
     let db = temp.path().join("checkpoints.db");
-    let mut con = server.connect();
+    let mut con = server.typed();
     let run = format!("lost-{language:?}");
     let args = [
         "--run",
@@ -427,10 +412,10 @@ fn a_worker_stops_writing_once_a_heartbeat_fails(language: Language) {
     let mut worker = Worker::start(language, &server, &db, &args);
     worker.line_with("wrote checkpoint 1 ");
     let (lease_id, token) = acquired(&worker.output());
-    let released = common::run(&mut con, &["LEASE.RELEASE", &lease_id, &token.to_string()]);
-    assert_eq!(released, redis::Value::Int(1));
-    let taker = take(&server, &run, "taker").expect("taken over");
-    assert!(taker > token);
+    let release = ["LEASE.RELEASE", &lease_id, &token.to_string()];
+    assert_eq!(con.run(&release), redis::Value::Int(1));
+    let taker = con.acquire(&run, "taker", None, None).expect("taken over");
+    assert!(taker.fencing_token > token);
 
     let (code, output) = worker.finish();
     assert_eq!(code, LOST, "{output}");

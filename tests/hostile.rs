@@ -7,7 +7,9 @@ mod common;
 use std::io::Write;
 use std::net::Shutdown;
 
-use common::{Server, read_to_close, resp, run, show};
+use common::binary::Server;
+use common::client::run;
+use common::raw::{read_to_close, resp, show};
 use redis::Value;
 
 /// A small deterministic generator (xorshift64*), so a failure repeats.
@@ -65,7 +67,7 @@ fn random_bytes_from_many_clients_harm_no_one() {
         &mut bystander,
         &["LEASE.ACQUIRE", "after-garbage", "w", "0"],
     );
-    assert_eq!(common::lease_reply(&value).run_id, b"after-garbage");
+    assert_eq!(common::client::lease_reply(&value).run_id, b"after-garbage");
 }
 
 #[test]

@@ -10,12 +10,17 @@
 
 mod common;
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{BINARY, Server, read_frame, resp};
-use redis::{Connection, InfoDict, Value};
+use common::binary::{BINARY, Server, wait_until};
+use common::client::{Client, Lease, acquire};
+use common::inprocess::{InProcess, settle};
+use common::raw::{read_frame, resp};
+use redis::{Connection, ConnectionLike, InfoDict, Value};
+use tokio::time::advance;
 
 /// How long a poll waits for the server before the test fails.
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -34,7 +39,7 @@ const HEADERS: [&str; 10] = [
     "# Leases",
 ];
 
-fn info_text(con: &mut Connection, sections: &[&str]) -> String {
+fn info_text(con: &mut dyn ConnectionLike, sections: &[&str]) -> String {
     let mut cmd = redis::cmd("INFO");
     for section in sections {
         cmd.arg(*section);
@@ -42,7 +47,7 @@ fn info_text(con: &mut Connection, sections: &[&str]) -> String {
     cmd.query(con).expect("INFO")
 }
 
-fn info(con: &mut Connection, sections: &[&str]) -> InfoDict {
+fn info(con: &mut dyn ConnectionLike, sections: &[&str]) -> InfoDict {
     let mut cmd = redis::cmd("INFO");
     for section in sections {
         cmd.arg(*section);
@@ -56,22 +61,12 @@ fn field<T: redis::FromRedisValue>(info: &InfoDict, name: &str) -> T {
         .unwrap_or_else(|| panic!("no parseable {name} in INFO: {:?}", info.find(&name)))
 }
 
-fn number(con: &mut Connection, section: &str, name: &str) -> u64 {
+fn number(con: &mut dyn ConnectionLike, section: &str, name: &str) -> u64 {
     field(&info(con, &[section]), name)
 }
 
 fn headers(text: &str) -> Vec<&str> {
     text.split("\r\n").filter(|l| l.starts_with("# ")).collect()
-}
-
-fn acquire(con: &mut Connection, run_id: &str, now: &str) {
-    let reply: Value = redis::cmd("LEASE.ACQUIRE")
-        .arg(run_id)
-        .arg("worker")
-        .arg(now)
-        .query(con)
-        .unwrap();
-    assert_ne!(reply, Value::Nil, "{run_id} was held");
 }
 
 fn is_hex_id(id: &str) -> bool {
@@ -85,7 +80,7 @@ fn is_hex_id(id: &str) -> bool {
 fn every_section_in_redis_format_and_order() {
     let server = Server::start();
     let mut con = server.connect();
-    acquire(&mut con, "run", "0");
+    acquire(&mut con, "run", "worker", 0.0).expect("a free run");
     let everything = info_text(&mut con, &[]);
     assert_eq!(headers(&everything), HEADERS, "{everything}");
     for name in ["all", "default", "everything", "ALL"] {
@@ -180,7 +175,7 @@ fn server_clients_memory_fields_parse() {
 fn persistence_replication_cpu_and_cluster_fields_parse() {
     let server = Server::start();
     let mut con = server.connect();
-    acquire(&mut con, "run", "0");
+    acquire(&mut con, "run", "worker", 0.0).expect("a free run");
     let all = info(&mut con, &[]);
 
     assert_eq!(field::<u32>(&all, "loading"), 0);
@@ -235,7 +230,7 @@ fn persistence_replication_cpu_and_cluster_fields_parse() {
 fn resp3_carries_info_as_verbatim_text_that_parses_alike() {
     let server = Server::start();
     let mut con = server.connect_resp3();
-    acquire(&mut con, "run", "0");
+    acquire(&mut con, "run", "worker", 0.0).expect("a free run");
     let reply: Value = redis::cmd("INFO").query(&mut con).unwrap();
     let Value::VerbatimString { text, .. } = &reply else {
         panic!("INFO in RESP3 gave {reply:?}");
@@ -257,7 +252,7 @@ fn keyspace_counts_leases_until_they_are_gone() {
     let keyspace = |con: &mut Connection| info_text(con, &["keyspace"]);
     assert_eq!(keyspace(&mut con), "# Keyspace\r\n");
     for run_id in ["a", "b", "c"] {
-        acquire(&mut con, run_id, "0");
+        acquire(&mut con, run_id, "worker", 0.0).expect("a free run");
     }
     assert_eq!(
         keyspace(&mut con),
@@ -342,22 +337,20 @@ fn commands_connections_and_bytes_are_counted_exactly() {
     let mut resp2 = server.connect();
     assert_eq!(number(&mut resp2, "clients", "connected_clients"), 3);
     drop(other);
-    let deadline = Instant::now() + PATIENCE;
-    while number(&mut resp2, "clients", "connected_clients") != 2 {
-        assert!(
-            Instant::now() < deadline,
-            "the closed client is still counted"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(PATIENCE, || {
+        match number(&mut resp2, "clients", "connected_clients") {
+            2 => Ok(()),
+            n => Err(format!("the closed client is still counted: {n}")),
+        }
+    });
 }
 
 #[test]
 fn lookups_are_keyspace_hits_and_misses() {
     let server = Server::start();
-    let mut con = server.connect();
-    acquire(&mut con, "run", "0");
-    let stats = |con: &mut Connection| {
+    let mut con = server.typed();
+    let lease = con.acquire("run", "worker", Some(0.0), None).unwrap();
+    let stats = |con: &mut Client| {
         let stats = info(con, &["stats"]);
         (
             field::<u64>(&stats, "keyspace_hits"),
@@ -365,70 +358,43 @@ fn lookups_are_keyspace_hits_and_misses() {
         )
     };
     assert_eq!(stats(&mut con), (0, 0));
-    let int = |con: &mut Connection, words: &[&str]| -> i64 {
-        let mut cmd = redis::cmd(words[0]);
-        for word in &words[1..] {
-            cmd.arg(*word);
-        }
-        cmd.query(con).unwrap()
-    };
-    let get = |con: &mut Connection, run_id: &str| -> Value {
-        redis::cmd("LEASE.GET")
-            .arg(run_id)
-            .arg(1)
-            .query(con)
-            .unwrap()
-    };
-    assert_ne!(get(&mut con, "run"), Value::Nil);
-    assert_eq!(get(&mut con, "nobody"), Value::Nil);
+    assert!(con.get("run", Some(1.0)).is_some());
+    assert_eq!(con.get("nobody", Some(1.0)), None);
     assert_eq!(stats(&mut con), (1, 1));
-    assert_eq!(
-        int(
-            &mut con,
-            &["LEASE.VALIDATE", "run", "run:worker:1", "1", "2"]
-        ),
-        1
-    );
-    assert_eq!(
-        int(&mut con, &["LEASE.HEARTBEAT", "run:worker:1", "1", "3"]),
-        1
-    );
-    assert_eq!(
-        int(&mut con, &["LEASE.HEARTBEAT", "run:worker:1", "9", "3"]),
-        0
-    );
-    assert_eq!(
-        int(&mut con, &["LEASE.VALIDATE", "x", "x:worker:1", "1", "3"]),
-        0
-    );
+    assert!(con.validate("run", &lease, Some(2.0)));
+    assert!(con.heartbeat(&lease, Some(3.0)));
+    let wrong_token = Lease {
+        fencing_token: 9,
+        ..lease.clone()
+    };
+    assert!(!con.heartbeat(&wrong_token, Some(3.0)));
+    let validate = ["LEASE.VALIDATE", "x", "x:worker:1", "1", "3"];
+    assert_eq!(con.run(&validate), Value::Int(0));
     assert_eq!(stats(&mut con), (3, 3));
     // Neither acquires nor releases are lookups.
-    acquire(&mut con, "other", "3");
-    assert_eq!(int(&mut con, &["LEASE.RELEASE", "other:worker:2", "2"]), 1);
+    let other = con.acquire("other", "worker", Some(3.0), None).unwrap();
+    assert!(con.release(&other));
     assert_eq!(stats(&mut con), (3, 3));
 }
 
-#[test]
-fn reclaimed_leases_are_expired_keys() {
-    let server = Server::start_with(&["--lease-retention", "5"]);
-    let mut con = server.connect();
-    acquire(&mut con, "abandoned", "0");
-    acquire(&mut con, "kept", "12");
-    assert_eq!(number(&mut con, "stats", "expired_keys"), 0);
-    // Registry time past 10 + 5: the sweep reclaims the first.
-    let _: Value = redis::cmd("LEASE.GET")
-        .arg("kept")
-        .arg(16)
-        .query(&mut con)
+#[tokio::test(start_paused = true)]
+async fn reclaimed_leases_are_expired_keys() {
+    let server = InProcess::start(&["--lease-retention", "5"]).await;
+    let mut con = server.client().await;
+    con.acquire("abandoned", "worker", Some(0.0), None)
+        .await
         .unwrap();
-    let deadline = Instant::now() + PATIENCE;
-    while number(&mut con, "stats", "expired_keys") != 1 {
-        assert!(Instant::now() < deadline, "no lease was reclaimed");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let all = info(&mut con, &[]);
-    assert_eq!(field::<u64>(&all, "leases_reclaimed"), 1);
-    assert_eq!(field::<String>(&all, "db0"), "keys=1,expires=1,avg_ttl=0");
+    con.acquire("kept", "worker", Some(12.0), None)
+        .await
+        .unwrap();
+    assert_eq!(con.info("stats").await["expired_keys"], "0");
+    // Registry time past 10 + 5: the reclaim takes the first.
+    assert!(con.get("kept", Some(16.0)).await.is_some());
+    settle().await;
+    assert_eq!(con.info("stats").await["expired_keys"], "1");
+    let all = con.info("default").await;
+    assert_eq!(all["leases_reclaimed"], "1");
+    assert_eq!(all["db0"], "keys=1,expires=1,avg_ttl=0");
 }
 
 #[test]
@@ -438,7 +404,7 @@ fn a_maxclients_refusal_is_a_rejected_connection() {
     assert_eq!(number(&mut con, "stats", "rejected_connections"), 0);
     let mut refused = server.raw();
     assert_eq!(
-        common::read_to_close(&mut refused),
+        common::raw::read_to_close(&mut refused),
         b"-ERR max number of clients reached\r\n"
     );
     let stats = info(&mut con, &["stats"]);
@@ -447,46 +413,49 @@ fn a_maxclients_refusal_is_a_rejected_connection() {
     assert_eq!(field::<u64>(&stats, "total_connections_received"), 1);
 }
 
-#[test]
-fn instantaneous_rates_follow_the_load() {
-    let server = Server::start();
-    let mut watcher = server.connect();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let load = {
-        let (mut con, stop) = (server.connect(), stop.clone());
-        std::thread::spawn(move || {
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let mut pipe = redis::pipe();
-                for _ in 0..100 {
-                    pipe.cmd("PING");
-                }
-                let _: Vec<String> = pipe.query(&mut con).unwrap();
-            }
-        })
+/// Moves the server's clock on to its next sample of the rates (every
+/// 100 ms, `hz` 10), and lets it take the sample.
+async fn next_sample() {
+    advance(Duration::from_millis(100)).await;
+    settle().await;
+}
+
+/// The test moves the server's clock on instead of waiting for samples.
+#[tokio::test(start_paused = true)]
+async fn instantaneous_rates_follow_the_load() {
+    let server = InProcess::start(&[]).await;
+    let mut watcher = server.client().await;
+    let mut load = server.client().await;
+    let rates = |stats: &HashMap<String, String>| -> (u64, f64, f64) {
+        let number = |name: &str| stats[name].clone();
+        (
+            number("instantaneous_ops_per_sec").parse().unwrap(),
+            number("instantaneous_input_kbps").parse().unwrap(),
+            number("instantaneous_output_kbps").parse().unwrap(),
+        )
     };
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let stats = info(&mut watcher, &["stats"]);
-        let ops: u64 = field(&stats, "instantaneous_ops_per_sec");
-        let input: f64 = field(&stats, "instantaneous_input_kbps");
-        let output: f64 = field(&stats, "instantaneous_output_kbps");
-        if ops > 0 && input > 0.0 && output > 0.0 {
-            break;
+    assert_eq!(rates(&watcher.info("stats").await), (0, 0.0, 0.0));
+    // A pipeline of 100 PINGs between samples, for five samples.
+    for _ in 0..5 {
+        let mut pipe = redis::pipe();
+        for _ in 0..100 {
+            pipe.cmd("PING");
         }
-        assert!(
-            Instant::now() < deadline,
-            "no rate rose: {ops} {input} {output}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
+        let _: Vec<String> = pipe.query_async(&mut load.con).await.unwrap();
+        next_sample().await;
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    load.join().unwrap();
-    // Idle again but for these INFOs, the rate falls back.
-    let deadline = Instant::now() + PATIENCE;
-    while number(&mut watcher, "stats", "instantaneous_ops_per_sec") >= 100 {
-        assert!(Instant::now() < deadline, "the rate stayed up");
-        std::thread::sleep(Duration::from_millis(300));
+    let (ops, input, output) = rates(&watcher.info("stats").await);
+    assert!(
+        ops > 0 && input > 0.0 && output > 0.0,
+        "no rate rose: {ops} {input} {output}"
+    );
+    // Idle again but for the INFO just above, which falls into the first
+    // of these samples: the 16 averaged after them are all idle.
+    for _ in 0..17 {
+        next_sample().await;
     }
+    let (ops, _, _) = rates(&watcher.info("stats").await);
+    assert!(ops < 100, "the rate stayed up: {ops}");
 }
 
 #[test]
@@ -513,7 +482,7 @@ fn redis_cli_stat_shows_the_leases_as_keys() {
     let server = Server::start();
     let mut con = server.connect();
     for run_id in ["a", "b", "c", "d"] {
-        acquire(&mut con, run_id, "0");
+        acquire(&mut con, run_id, "worker", 0.0).expect("a free run");
     }
     // Line-buffered: redis-cli does not flush its output into a pipe.
     let mut child = Command::new("stdbuf")

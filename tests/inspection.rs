@@ -15,8 +15,12 @@ use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::Server;
+use common::binary::Server;
+use common::client::{AsyncClient, error, text};
+use common::inprocess::{InProcess, at_one_instant, settle};
 use redis::Value;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio::time::advance;
 
 /// Runs one full `LEASE.SCAN` iteration, calling `between` after each
 /// call, and returns every run id it gave (duplicates kept).
@@ -41,17 +45,6 @@ fn scan_all(
         assert_ne!(next, cursor, "the cursor moves on");
         cursor = next;
     }
-}
-
-fn error_of(con: &mut redis::Connection, args: &[&str]) -> String {
-    let mut cmd = redis::cmd(args[0]);
-    cmd.arg(&args[1..]);
-    let error = cmd.query::<Value>(con).unwrap_err();
-    format!(
-        "{} {}",
-        error.code().unwrap_or(""),
-        error.detail().unwrap_or("")
-    )
 }
 
 #[test]
@@ -177,32 +170,26 @@ fn lease_scan_matches_counts_and_lists_expired_leases() {
         Value::Array(vec![Value::BulkString(b"0".to_vec()), Value::Array(vec![])])
     );
 
+    assert_eq!(error(&mut con, &["LEASE.SCAN", "-1"]), "ERR invalid cursor");
+    assert_eq!(error(&mut con, &["LEASE.SCAN", "x"]), "ERR invalid cursor");
     assert_eq!(
-        error_of(&mut con, &["LEASE.SCAN", "-1"]),
-        "ERR invalid cursor"
-    );
-    assert_eq!(
-        error_of(&mut con, &["LEASE.SCAN", "x"]),
-        "ERR invalid cursor"
-    );
-    assert_eq!(
-        error_of(&mut con, &["LEASE.SCAN", "0", "COUNT", "0"]),
+        error(&mut con, &["LEASE.SCAN", "0", "COUNT", "0"]),
         "ERR syntax error"
     );
     assert_eq!(
-        error_of(&mut con, &["LEASE.SCAN", "0", "COUNT", "ten"]),
+        error(&mut con, &["LEASE.SCAN", "0", "COUNT", "ten"]),
         "ERR value is not an integer or out of range"
     );
     assert_eq!(
-        error_of(&mut con, &["LEASE.SCAN", "0", "MATCH"]),
+        error(&mut con, &["LEASE.SCAN", "0", "MATCH"]),
         "ERR syntax error"
     );
     assert_eq!(
-        error_of(&mut con, &["LEASE.SCAN", "0", "TYPE", "string"]),
+        error(&mut con, &["LEASE.SCAN", "0", "TYPE", "string"]),
         "ERR syntax error"
     );
     assert_eq!(
-        error_of(&mut con, &["LEASE.SCAN"]),
+        error(&mut con, &["LEASE.SCAN"]),
         "ERR wrong number of arguments for 'lease.scan' command"
     );
 }
@@ -265,7 +252,7 @@ fn client_kill_closes_the_clients_it_matches() {
     assert_eq!(ok, "OK");
     assert!(is_closed(&mut by_addr));
     assert_eq!(
-        error_of(&mut admin, &["CLIENT", "KILL", &addr]),
+        error(&mut admin, &["CLIENT", "KILL", &addr]),
         "ERR No such client"
     );
 
@@ -298,7 +285,7 @@ fn client_kill_closes_the_clients_it_matches() {
     let pong: String = redis::cmd("PING").query(&mut admin).unwrap();
     assert_eq!(pong, "PONG");
 
-    for (args, error) in [
+    for (args, expected) in [
         (
             &["CLIENT", "KILL", "ID", "0"][..],
             "ERR client-id should be greater than 0",
@@ -319,7 +306,7 @@ fn client_kill_closes_the_clients_it_matches() {
             "ERR wrong number of arguments for 'client|kill' command",
         ),
     ] {
-        assert_eq!(error_of(&mut admin, args), error, "{args:?}");
+        assert_eq!(error(&mut admin, args), expected, "{args:?}");
     }
 }
 
@@ -339,52 +326,54 @@ fn client_kill_of_oneself_replies_then_closes() {
 }
 
 /// A raw connection in MONITOR mode, after `setup` (e.g. AUTH, HELLO).
-fn monitor(server: &Server, setup: &[u8]) -> BufReader<TcpStream> {
-    let mut stream = server.raw();
-    stream.write_all(setup).unwrap();
-    stream.write_all(b"PING\r\n").unwrap();
-    let mut reader = BufReader::new(stream);
+async fn monitor(server: &InProcess, setup: &[u8]) -> Lines {
+    let address = ("127.0.0.1", server.port);
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    stream.write_all(setup).await.unwrap();
+    stream.write_all(b"PING\r\n").await.unwrap();
+    let mut reader = tokio::io::BufReader::new(stream);
     let mut line = String::new();
     while line != "+PONG\r\n" {
         line.clear();
-        reader.read_line(&mut line).unwrap();
+        let read = at_one_instant(reader.read_line(&mut line)).await.unwrap();
+        assert_ne!(read, 0, "closed before MONITOR");
     }
-    reader.get_mut().write_all(b"MONITOR\r\n").unwrap();
-    line.clear();
-    reader.read_line(&mut line).unwrap();
-    assert_eq!(line, "+OK\r\n");
+    reader.get_mut().write_all(b"MONITOR\r\n").await.unwrap();
+    assert_eq!(read_line(&mut reader).await, "+OK\r\n");
     reader
 }
 
-/// The next `n` monitor lines, without the timestamp.
-fn next_lines(reader: &mut BufReader<TcpStream>, n: usize) -> Vec<String> {
-    (0..n)
-        .map(|_| {
-            let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
-            let (stamp, rest) = line.split_once(' ').expect("a monitor line");
-            let (secs, micros) = stamp[1..].split_once('.').expect("seconds.micros");
-            assert!(stamp.starts_with('+'), "{line:?}");
-            assert!(secs.parse::<u64>().is_ok() && micros.len() == 6, "{line:?}");
-            rest.trim_end().to_string()
-        })
-        .collect()
+type Lines = tokio::io::BufReader<tokio::net::TcpStream>;
+
+/// The next line the server sent.
+async fn read_line(reader: &mut Lines) -> String {
+    let mut line = String::new();
+    at_one_instant(reader.read_line(&mut line)).await.unwrap();
+    line
 }
 
-#[test]
-fn monitor_streams_commands_run_by_every_client() {
-    let server = Server::start_with(&["--requirepass", "s3cret"]);
-    let mut watcher = monitor(&server, b"AUTH s3cret\r\n");
-    let mut resp3_watcher = monitor(&server, b"HELLO 3 AUTH default s3cret\r\n");
+/// The next monitor line, without the timestamp.
+async fn next_line(reader: &mut Lines) -> String {
+    let line = read_line(reader).await;
+    let (stamp, rest) = line.split_once(' ').expect("a monitor line");
+    let (secs, micros) = stamp[1..].split_once('.').expect("seconds.micros");
+    assert!(stamp.starts_with('+'), "{line:?}");
+    assert!(secs.parse::<u64>().is_ok() && micros.len() == 6, "{line:?}");
+    rest.trim_end().to_string()
+}
 
-    let client = redis::Client::open(format!(
-        "redis://:s3cret@127.0.0.1:{}/?protocol=resp3",
-        server.port
-    ))
-    .unwrap();
-    let mut con = client.get_connection().unwrap();
-    let me: i64 = redis::cmd("CLIENT").arg("ID").query(&mut con).unwrap();
-    let list = client_list(&mut con);
+#[tokio::test]
+async fn monitor_streams_commands_run_by_every_client() {
+    let server = InProcess::start(&["--requirepass", "s3cret"]).await;
+    let mut watcher = monitor(&server, b"AUTH s3cret\r\n").await;
+    let mut resp3_watcher = monitor(&server, b"HELLO 3 AUTH default s3cret\r\n").await;
+
+    let url = format!("redis://:s3cret@127.0.0.1:{}/?protocol=resp3", server.port);
+    let mut con = AsyncClient::connect(&url).await;
+    let Value::Int(me) = con.run(&["CLIENT", "ID"]).await else {
+        panic!("CLIENT ID")
+    };
+    let list = text(&con.run(&["CLIENT", "LIST"]).await);
     let addr = list
         .lines()
         .find(|line| line.starts_with(&format!("id={me} ")))
@@ -400,25 +389,16 @@ fn monitor_streams_commands_run_by_every_client() {
         .arg("run \"1\"\n")
         .arg(b"w\xff".as_slice())
         .arg(0)
-        .query(&mut con)
+        .query_async(&mut con.con)
+        .await
         .unwrap();
-    let _: Value = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("port")
-        .query(&mut con)
-        .unwrap();
-    let _ = redis::cmd("PING")
-        .arg(&["a", "b"][..])
-        .query::<Value>(&mut con);
-    let _: Value = redis::cmd("AUTH")
-        .arg("default")
-        .arg("s3cret")
-        .query(&mut con)
-        .unwrap();
-    let _: Value = redis::cmd("ECHO").arg("done").query(&mut con).unwrap();
+    con.run(&["CONFIG", "GET", "port"]).await;
+    con.error(&["PING", "a", "b"]).await;
+    con.run(&["AUTH", "default", "s3cret"]).await;
+    con.run(&["ECHO", "done"]).await;
 
     for watcher in [&mut watcher, &mut resp3_watcher] {
-        let rest = loop_until(watcher, "\"ECHO\" \"done\"");
+        let rest = loop_until(watcher, "\"ECHO\" \"done\"").await;
         assert!(
             rest.contains(&format!(
                 "[0 {addr}] \"LEASE.ACQUIRE\" \"run \\\"1\\\"\\n\" \"w\\xff\" \"0\""
@@ -445,10 +425,10 @@ fn monitor_streams_commands_run_by_every_client() {
 }
 
 /// Monitor lines until one ends with `last`, all of them.
-fn loop_until(reader: &mut BufReader<TcpStream>, last: &str) -> Vec<String> {
+async fn loop_until(reader: &mut Lines, last: &str) -> Vec<String> {
     let mut lines = Vec::new();
     loop {
-        let line = next_lines(reader, 1).remove(0);
+        let line = next_line(reader).await;
         let done = line.ends_with(last);
         lines.push(line);
         if done {
@@ -457,30 +437,23 @@ fn loop_until(reader: &mut BufReader<TcpStream>, last: &str) -> Vec<String> {
     }
 }
 
-#[test]
-fn monitor_ends_with_reset_and_outlives_timeout() {
-    let server = Server::start_with(&["--timeout", "1"]);
-    let mut watcher = monitor(&server, b"");
-    std::thread::sleep(Duration::from_millis(2500));
-    let mut con = server.connect();
-    let _: Value = redis::cmd("ECHO")
-        .arg("still here")
-        .query(&mut con)
-        .unwrap();
-    loop_until(&mut watcher, "\"ECHO\" \"still here\"");
+#[tokio::test(start_paused = true)]
+async fn monitor_ends_with_reset_and_outlives_timeout() {
+    let server = InProcess::start(&["--timeout", "1"]).await;
+    let mut watcher = monitor(&server, b"").await;
+    advance(Duration::from_millis(2500)).await;
+    let mut con = server.client().await;
+    con.run(&["ECHO", "still here"]).await;
+    loop_until(&mut watcher, "\"ECHO\" \"still here\"").await;
 
-    watcher.get_mut().write_all(b"RESET\r\n").unwrap();
-    let mut line = String::new();
-    while line != "+RESET\r\n" {
-        line.clear();
-        watcher.read_line(&mut line).unwrap();
-    }
-    let _: Value = redis::cmd("ECHO").arg("unseen").query(&mut con).unwrap();
-    // Time for a line that should not exist to arrive before the PONG.
-    std::thread::sleep(Duration::from_millis(200));
-    watcher.get_mut().write_all(b"PING\r\n").unwrap();
-    line.clear();
-    watcher.read_line(&mut line).unwrap();
+    watcher.get_mut().write_all(b"RESET\r\n").await.unwrap();
+    while read_line(&mut watcher).await != "+RESET\r\n" {}
+    con.run(&["ECHO", "unseen"]).await;
+    // A line that should not exist would be sent before the server has
+    // nothing left to do: it would come before the PONG.
+    settle().await;
+    watcher.get_mut().write_all(b"PING\r\n").await.unwrap();
+    let line = read_line(&mut watcher).await;
     assert_eq!(line, "+PONG\r\n", "no monitor line after RESET");
 }
 
@@ -631,15 +604,15 @@ fn slowlog_keeps_the_newest_slow_commands() {
     assert_eq!(args, ["SLOWLOG", "RESET"]);
     assert!(id > ids[0], "ids go on counting");
     assert_eq!(
-        error_of(&mut con, &["SLOWLOG", "GET", "-2"]),
+        error(&mut con, &["SLOWLOG", "GET", "-2"]),
         "ERR count should be greater than or equal to -1"
     );
     assert_eq!(
-        error_of(&mut con, &["SLOWLOG", "GET", "x"]),
+        error(&mut con, &["SLOWLOG", "GET", "x"]),
         "ERR value is not an integer or out of range"
     );
     assert_eq!(
-        error_of(&mut con, &["SLOWLOG", "NOPE"]),
+        error(&mut con, &["SLOWLOG", "NOPE"]),
         "ERR unknown subcommand 'NOPE'. Try SLOWLOG HELP."
     );
 }

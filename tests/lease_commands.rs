@@ -5,42 +5,9 @@ mod common;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use common::{Server, bulk_value, error, field, pairs, run};
-use redis::{Connection, Value};
-
-fn int(con: &mut Connection, words: &[&str]) -> i64 {
-    match run(con, words) {
-        Value::Int(i) => i,
-        other => panic!("{words:?} gave {other:?}"),
-    }
-}
-
-fn token_of(lease: &[(Value, Value)]) -> i64 {
-    match field(lease, "fencing_token") {
-        Value::Int(token) => token,
-        other => panic!("token {other:?}"),
-    }
-}
-
-/// `expires_at` as a number: a RESP3 double or a RESP2 bulk string.
-fn expiry_of(lease: &[(Value, Value)]) -> f64 {
-    match field(lease, "expires_at") {
-        Value::Double(d) => d,
-        Value::BulkString(text) => String::from_utf8(text).unwrap().parse().unwrap(),
-        other => panic!("expires_at {other:?}"),
-    }
-}
-
-fn acquire(con: &mut Connection, words: &[&str]) -> Vec<(Value, Value)> {
-    let mut all = vec!["LEASE.ACQUIRE"];
-    all.extend_from_slice(words);
-    pairs(run(con, &all))
-}
-
-fn ping(con: &mut Connection) {
-    let reply: String = redis::cmd("PING").query(con).unwrap();
-    assert_eq!(reply, "PONG");
-}
+use common::binary::Server;
+use common::client::{Client, Lease, bulk_value, lease_reply, run};
+use redis::Value;
 
 #[test]
 fn acquire_reply_is_a_flat_array_in_resp2() {
@@ -117,151 +84,96 @@ fn acquire_reply_is_an_ordered_map_in_resp3() {
 }
 
 /// The rules, walked through in order, in both protocols.
-fn walkthrough(con: &mut Connection) {
+fn walkthrough(con: &mut Client) {
     // Tokens are registry-wide and start at 1; a failed acquire issues none.
-    let a = acquire(con, &["run-1", "worker-a", "0"]);
-    assert_eq!(token_of(&a), 1);
-    assert_eq!(expiry_of(&a), 10.0);
-    assert_eq!(
-        run(con, &["LEASE.ACQUIRE", "run-1", "worker-a", "1"]),
-        Value::Nil
-    );
-    assert_eq!(
-        run(con, &["LEASE.ACQUIRE", "run-1", "worker-b", "1"]),
-        Value::Nil
-    );
-    let b = acquire(con, &["run-2", "worker-b", "1"]);
-    assert_eq!(token_of(&b), 2);
+    let a = con.acquire("run-1", "worker-a", Some(0.0), None).unwrap();
+    assert_eq!((a.fencing_token, a.expires_at), (1, 10.0));
+    assert_eq!(con.acquire("run-1", "worker-a", Some(1.0), None), None);
+    assert_eq!(con.acquire("run-1", "worker-b", Some(1.0), None), None);
+    let b = con.acquire("run-2", "worker-b", Some(1.0), None).unwrap();
+    assert_eq!(b.fencing_token, 2);
 
     // Heartbeat extends by the TTL from now, validate checks id and token.
-    assert_eq!(
-        int(con, &["LEASE.HEARTBEAT", "run-1:worker-a:1", "1", "5"]),
-        1
-    );
-    assert_eq!(
-        int(
-            con,
-            &["LEASE.VALIDATE", "run-1", "run-1:worker-a:1", "1", "14.9"]
-        ),
-        1
-    );
-    assert_eq!(
-        int(
-            con,
-            &["LEASE.VALIDATE", "run-1", "run-1:worker-a:1", "2", "14.9"]
-        ),
-        0
-    );
-    assert_eq!(
-        int(
-            con,
-            &["LEASE.VALIDATE", "run-2", "run-1:worker-a:1", "1", "14.9"]
-        ),
-        0
-    );
-    assert_eq!(
-        int(con, &["LEASE.HEARTBEAT", "run-1:worker-a:1", "2", "14.9"]),
-        0
-    );
-    assert_eq!(
-        int(con, &["LEASE.HEARTBEAT", "run-1:worker-b:1", "1", "14.9"]),
-        0
-    );
+    assert!(con.heartbeat(&a, Some(5.0)));
+    assert!(con.validate("run-1", &a, Some(14.9)));
+    let wrong_token = Lease {
+        fencing_token: 2,
+        ..a.clone()
+    };
+    assert!(!con.validate("run-1", &wrong_token, Some(14.9)));
+    assert!(!con.validate("run-2", &a, Some(14.9)));
+    assert!(!con.heartbeat(&wrong_token, Some(14.9)));
+    let wrong_worker = Lease {
+        lease_id: b"run-1:worker-b:1".to_vec(),
+        ..a.clone()
+    };
+    assert!(!con.heartbeat(&wrong_worker, Some(14.9)));
 
     // Expiry is inclusive: at expires_at (15) the lease is expired.
-    assert_eq!(
-        int(
-            con,
-            &["LEASE.VALIDATE", "run-1", "run-1:worker-a:1", "1", "15"]
-        ),
-        0
-    );
-    assert_eq!(
-        int(con, &["LEASE.HEARTBEAT", "run-1:worker-a:1", "1", "15"]),
-        0
-    );
-    assert_eq!(
-        field(&pairs(run(con, &["LEASE.GET", "run-1", "15"])), "expired"),
-        Value::Int(1)
-    );
+    assert!(!con.validate("run-1", &a, Some(15.0)));
+    assert!(!con.heartbeat(&a, Some(15.0)));
+    let extended = Lease {
+        expires_at: 15.0,
+        ..a.clone()
+    };
+    let got = con.get("run-1", Some(15.0));
+    assert_eq!(got, Some(extended.with_expired(true)));
 
     // Registry time never goes back: an older now cannot revive the lease.
-    assert_eq!(
-        int(con, &["LEASE.HEARTBEAT", "run-1:worker-a:1", "1", "3"]),
-        0
-    );
-    assert_eq!(
-        int(
-            con,
-            &["LEASE.VALIDATE", "run-1", "run-1:worker-a:1", "1", "3"]
-        ),
-        0
-    );
+    assert!(!con.heartbeat(&a, Some(3.0)));
+    assert!(!con.validate("run-1", &a, Some(3.0)));
     // A lagging acquire gets registry time + ttl.
-    let c = acquire(con, &["run-3", "worker-c", "3"]);
-    assert_eq!((token_of(&c), expiry_of(&c)), (3, 25.0));
+    let c = con.acquire("run-3", "worker-c", Some(3.0), None).unwrap();
+    assert_eq!((c.fencing_token, c.expires_at), (3, 25.0));
 
     // An expired lease is still releasable until someone takes it over.
-    assert_eq!(int(con, &["LEASE.RELEASE", "run-1:worker-a:1", "1"]), 1);
-    assert_eq!(int(con, &["LEASE.RELEASE", "run-1:worker-a:1", "1"]), 0);
-    assert_eq!(run(con, &["LEASE.GET", "run-1", "15"]), Value::Nil);
+    assert!(con.release(&a));
+    assert!(!con.release(&a));
+    assert_eq!(con.get("run-1", Some(15.0)), None);
 
     // Takeover of an expired lease issues the next token; the old owner's
     // release then fails.
-    let taken = acquire(con, &["run-2", "worker-z", "16"]);
-    assert_eq!(token_of(&taken), 4);
-    assert_eq!(field(&taken, "lease_id"), bulk_value("run-2:worker-z:4"));
-    assert_eq!(int(con, &["LEASE.RELEASE", "run-2:worker-b:2", "2"]), 0);
-    assert_eq!(
-        int(
-            con,
-            &["LEASE.VALIDATE", "run-2", "run-2:worker-z:4", "4", "17"]
-        ),
-        1
-    );
+    let taken = con.acquire("run-2", "worker-z", Some(16.0), None).unwrap();
+    assert_eq!(taken.fencing_token, 4);
+    assert_eq!(taken.lease_id, b"run-2:worker-z:4");
+    assert!(!con.release(&b));
+    assert!(con.validate("run-2", &taken, Some(17.0)));
 
     // DBSIZE counts active and expired leases alike.
-    assert_eq!(int(con, &["DBSIZE"]), 2);
+    assert_eq!(con.dbsize(), 2);
 }
 
 #[test]
 fn registry_rules_hold_over_resp2() {
     let server = Server::start();
-    walkthrough(&mut server.connect());
+    walkthrough(&mut server.typed());
 }
 
 #[test]
 fn registry_rules_hold_over_resp3() {
     let server = Server::start();
-    walkthrough(&mut server.connect_resp3());
+    walkthrough(&mut server.typed_resp3());
 }
 
 #[test]
 fn ttl_option_sets_the_lease_ttl_and_its_heartbeats() {
     let server = Server::start_with(&["--lease-ttl", "30"]);
-    let mut con = server.connect();
-    assert_eq!(
-        expiry_of(&acquire(&mut con, &["default", "w", "100"])),
-        130.0
-    );
-    let lease = acquire(&mut con, &["short", "w", "100", "ttl", "2.5"]);
-    assert_eq!(expiry_of(&lease), 102.5);
-    assert_eq!(
-        int(&mut con, &["LEASE.HEARTBEAT", "short:w:2", "2", "101"]),
-        1
-    );
-    assert_eq!(
-        expiry_of(&pairs(run(&mut con, &["LEASE.GET", "short", "101"]))),
-        103.5
-    );
+    let mut con = server.typed();
+    let lease = con.acquire("default", "w", Some(100.0), None).unwrap();
+    assert_eq!(lease.expires_at, 130.0);
+    // The option's name in any case.
+    let lease = lease_reply(&con.run(&["LEASE.ACQUIRE", "short", "w", "100", "ttl", "2.5"]));
+    assert_eq!(lease.expires_at, 102.5);
+    assert!(con.heartbeat(&lease, Some(101.0)));
+    assert_eq!(con.get("short", Some(101.0)).unwrap().expires_at, 103.5);
     // TTL without now uses the server clock.
-    let clocked = acquire(&mut con, &["clocked", "w", "TTL", "60"]);
+    let clocked = con.acquire("clocked", "w", None, Some(60.0)).unwrap();
     let wall = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_secs_f64();
     assert!(
-        (expiry_of(&clocked) - (wall + 60.0)).abs() < 5.0,
+        (clocked.expires_at - (wall + 60.0)).abs() < 5.0,
         "{clocked:?}"
     );
 }
@@ -269,17 +181,17 @@ fn ttl_option_sets_the_lease_ttl_and_its_heartbeats() {
 #[test]
 fn omitted_now_is_the_server_clock() {
     let server = Server::start();
-    let mut con = server.connect_resp3();
+    let mut con = server.typed_resp3();
     let before = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_secs_f64();
-    let lease = acquire(&mut con, &["run", "w"]);
+    let lease = con.acquire("run", "w", None, None).unwrap();
     let after = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_secs_f64();
-    let expires = expiry_of(&lease);
+    let expires = lease.expires_at;
     // Millisecond precision, within the window of the call.
     assert!(
         expires >= (before * 1000.0).floor() / 1000.0 + 10.0,
@@ -287,51 +199,37 @@ fn omitted_now_is_the_server_clock() {
     );
     assert!(expires <= after + 10.0, "{expires} {after}");
     assert_eq!((expires * 1000.0).fract(), 0.0);
-    assert_eq!(int(&mut con, &["LEASE.HEARTBEAT", "run:w:1", "1"]), 1);
-    assert_eq!(int(&mut con, &["LEASE.VALIDATE", "run", "run:w:1", "1"]), 1);
-    assert_eq!(
-        field(&pairs(run(&mut con, &["LEASE.GET", "run"])), "expired"),
-        Value::Int(0)
-    );
+    assert!(con.heartbeat(&lease, None));
+    assert!(con.validate("run", &lease, None));
+    assert_eq!(con.get("run", None).unwrap().expired, Some(0));
     // An explicit now far in the past is read as registry time (the clock).
-    let late = acquire(&mut con, &["other", "w", "0"]);
-    assert!(expiry_of(&late) >= expires, "{late:?}");
+    let late = con.acquire("other", "w", Some(0.0), None).unwrap();
+    assert!(late.expires_at >= expires, "{late:?}");
 }
 
 #[test]
 fn ids_with_colons_empty_ids_and_binary_ids() {
     let server = Server::start();
-    let mut con = server.connect();
-    let first = acquire(&mut con, &["a:b", "c", "0"]);
-    let second = acquire(&mut con, &["a", "b:c", "0"]);
-    assert_eq!(field(&first, "lease_id"), bulk_value("a:b:c:1"));
-    assert_eq!(field(&second, "lease_id"), bulk_value("a:b:c:2"));
+    let mut con = server.typed();
+    let first = con.acquire("a:b", "c", Some(0.0), None).unwrap();
+    let second = con.acquire("a", "b:c", Some(0.0), None).unwrap();
+    assert_eq!(first.lease_id, b"a:b:c:1");
+    assert_eq!(second.lease_id, b"a:b:c:2");
     // Each id with the other lease's token must not match.
-    assert_eq!(int(&mut con, &["LEASE.HEARTBEAT", "a:b:c:1", "2", "1"]), 0);
-    assert_eq!(
-        int(&mut con, &["LEASE.VALIDATE", "a", "a:b:c:1", "1", "1"]),
-        0
-    );
-    assert_eq!(
-        int(&mut con, &["LEASE.VALIDATE", "a:b", "a:b:c:2", "2", "1"]),
-        0
-    );
-    assert_eq!(
-        int(&mut con, &["LEASE.VALIDATE", "a:b", "a:b:c:1", "1", "1"]),
-        1
-    );
-    assert_eq!(int(&mut con, &["LEASE.RELEASE", "a:b:c:2", "2"]), 1);
-    assert_eq!(
-        field(
-            &pairs(run(&mut con, &["LEASE.GET", "a:b", "1"])),
-            "worker_id"
-        ),
-        bulk_value("c")
-    );
+    let crossed = Lease {
+        fencing_token: 2,
+        ..first.clone()
+    };
+    assert!(!con.heartbeat(&crossed, Some(1.0)));
+    assert!(!con.validate("a", &first, Some(1.0)));
+    assert!(!con.validate("a:b", &second, Some(1.0)));
+    assert!(con.validate("a:b", &first, Some(1.0)));
+    assert!(con.release(&second));
+    assert_eq!(con.get("a:b", Some(1.0)).unwrap().worker_id, b"c");
 
-    let empty = acquire(&mut con, &["", "", "0"]);
-    assert_eq!(field(&empty, "lease_id"), bulk_value("::3"));
-    assert_eq!(int(&mut con, &["LEASE.VALIDATE", "", "::3", "3", "1"]), 1);
+    let empty = con.acquire("", "", Some(0.0), None).unwrap();
+    assert_eq!(empty.lease_id, b"::3");
+    assert!(con.validate("", &empty, Some(1.0)));
 
     // Binary-safe: bytes that are not UTF-8, CR and LF, a 1 KiB id.
     let run_id: &[u8] = b"\xff\x00\r\nrun";
@@ -341,14 +239,11 @@ fn ids_with_colons_empty_ids_and_binary_ids() {
         .arg(0)
         .query(&mut con)
         .unwrap();
-    let lease = pairs(reply);
-    assert_eq!(field(&lease, "run_id"), Value::BulkString(run_id.to_vec()));
+    let lease = lease_reply(&reply);
+    assert_eq!(lease.run_id, run_id);
     let mut lease_id = run_id.to_vec();
     lease_id.extend_from_slice(b":w:4");
-    assert_eq!(
-        field(&lease, "lease_id"),
-        Value::BulkString(lease_id.clone())
-    );
+    assert_eq!(lease.lease_id, lease_id);
     let valid: i64 = redis::cmd("LEASE.VALIDATE")
         .arg(run_id)
         .arg(&lease_id)
@@ -359,17 +254,14 @@ fn ids_with_colons_empty_ids_and_binary_ids() {
     assert_eq!(valid, 1);
     let long = "r".repeat(1024);
     let worker = "w".repeat(1024);
-    let lease = acquire(&mut con, &[&long, &worker, "0"]);
-    assert_eq!(
-        field(&lease, "lease_id"),
-        bulk_value(&format!("{long}:{worker}:5"))
-    );
+    let lease = con.acquire(&long, &worker, Some(0.0), None).unwrap();
+    assert_eq!(lease.lease_id, format!("{long}:{worker}:5").as_bytes());
 }
 
 #[test]
 fn errors_are_redis_worded_and_keep_the_connection() {
     let server = Server::start();
-    for (round, mut con) in [server.connect(), server.connect_resp3()]
+    for (round, mut con) in [server.typed(), server.typed_resp3()]
         .into_iter()
         .enumerate()
     {
@@ -485,12 +377,12 @@ fn errors_are_redis_worded_and_keep_the_connection() {
             ),
         ];
         for (words, expected) in cases {
-            assert_eq!(&error(&mut con, words), expected, "{words:?}");
-            ping(&mut con);
+            assert_eq!(&con.error(words), expected, "{words:?}");
+            con.ping();
         }
         // None of the failed acquires issued a token.
         let run_id = format!("after-errors-{round}");
-        let lease = acquire(&mut con, &[&run_id, "w", "0"]);
-        assert_eq!(token_of(&lease), round as i64 + 1);
+        let lease = con.acquire(&run_id, "w", Some(0.0), None).unwrap();
+        assert_eq!(lease.fencing_token, round as i64 + 1);
     }
 }

@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{Server, log_message, run_to_exit};
+use common::binary::{Server, log_message, run_to_exit};
 use serde_json::Value;
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -22,7 +22,7 @@ fn serve_with_file(temp: &Path, conf: &str, args: &[&str]) -> (Server, String) {
     let dir = temp.join("data");
     let file = temp.join("leased.conf");
     std::fs::write(&file, conf).unwrap();
-    let mut command = Command::new(common::BINARY);
+    let mut command = Command::new(common::binary::BINARY);
     command
         .arg(&file)
         .args(["--port", "0", "--dir"])
@@ -208,8 +208,8 @@ fn logfile_gets_the_lines_and_standard_output_none() {
     let dir = temp.path().join("data");
     let logfile = temp.path().join("leased.log");
     std::fs::write(&logfile, "an older line\n").unwrap();
-    let port = common::free_port();
-    let mut command = Command::new(common::BINARY);
+    let port = common::binary::free_port();
+    let mut command = Command::new(common::binary::BINARY);
     command
         .args(["--port", &port.to_string(), "--logformat", "json", "--dir"])
         .arg(&dir)

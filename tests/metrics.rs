@@ -10,8 +10,9 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::{Server, free_port, run};
-use redis::{Connection, InfoDict, Value};
+use common::binary::{Server, free_port};
+use common::client::bulk_value;
+use common::inprocess::{InProcess, within_wall_clock};
 
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -120,12 +121,8 @@ fn sample(samples: &HashMap<String, f64>, series: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {series} in {samples:?}"))
 }
 
-fn info(con: &mut Connection) -> InfoDict {
-    redis::cmd("INFO").query(con).expect("INFO")
-}
-
-fn info_number(info: &InfoDict, name: &str) -> f64 {
-    info.get(name)
+fn info_number(info: &HashMap<String, String>, name: &str) -> f64 {
+    (info.get(name).and_then(|value| value.parse().ok()))
         .unwrap_or_else(|| panic!("no number {name} in INFO"))
 }
 
@@ -138,13 +135,9 @@ fn off_by_default() {
             "{}",
             server.log()
         );
-        let mut con = server.connect();
         assert_eq!(
-            run(&mut con, &["CONFIG", "GET", "metrics-port"]),
-            Value::Array(vec![
-                common::bulk_value("metrics-port"),
-                common::bulk_value("0")
-            ])
+            server.typed().run(&["CONFIG", "GET", "metrics-port"]),
+            redis::Value::Array(vec![bulk_value("metrics-port"), bulk_value("0")])
         );
     }
 }
@@ -152,7 +145,7 @@ fn off_by_default() {
 #[test]
 fn the_figures_are_those_of_info() {
     let (server, port) = start(&[]);
-    let mut con = server.connect();
+    let mut con = server.typed();
     for words in [
         &["LEASE.ACQUIRE", "a", "w", "0"][..],
         &["LEASE.ACQUIRE", "b", "w", "0", "TTL", "100"],
@@ -163,9 +156,9 @@ fn the_figures_are_those_of_info() {
         &["LEASE.GET", "nobody", "12"],
         &["LEASE.RELEASE", "nothing:w:9", "9"],
     ] {
-        run(&mut con, words);
+        con.run(words);
     }
-    let info = info(&mut con);
+    let info = con.info("all");
     let response = get(port, "/metrics");
     assert_eq!(response.status, 200);
     assert_eq!(response.header("content-type"), TEXT_FORMAT);
@@ -271,11 +264,11 @@ fn the_figures_follow_the_server() {
     // Before any `now`, there is no registry time to show.
     assert!(!before.contains_key("leased_registry_time_seconds"));
 
-    let mut con = server.connect();
-    run(&mut con, &["LEASE.ACQUIRE", "run", "w", "100"]);
+    let mut con = server.typed();
+    con.acquire("run", "w", Some(100.0), None).unwrap();
     let mut refused = server.raw();
     assert_eq!(
-        common::read_to_close(&mut refused),
+        common::raw::read_to_close(&mut refused),
         b"-ERR max number of clients reached\r\n"
     );
     let after = scrape();
@@ -338,12 +331,35 @@ fn other_paths_are_not_found_and_other_methods_not_allowed() {
     assert!(head.body.is_empty(), "{}", head.body);
 }
 
-#[test]
-fn bad_http_harms_nothing() {
-    let (server, port) = start(&[]);
+/// [`exchange`] with a server in the test's runtime, whose 10 s header
+/// timeout passes on tokio's clock while the test waits.
+async fn exchange_in_process(port: u16, request: &[u8]) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let address = ("127.0.0.1", port);
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut response = Vec::new();
+    if let Err(error) = within_wall_clock(stream.read_to_end(&mut response)).await {
+        // A reset after a refusal still counts as closed.
+        assert_eq!(
+            error.kind(),
+            std::io::ErrorKind::ConnectionReset,
+            "not closed: {error}"
+        );
+    }
+    response
+}
+
+#[tokio::test(start_paused = true)]
+async fn bad_http_harms_nothing() {
+    use tokio::io::AsyncWriteExt;
+    let server = InProcess::start(&["--metrics-port", &free_port().to_string()]).await;
+    let port = server.metrics_port.expect("the metrics endpoint");
     // Held open, half a request: the others are served meanwhile.
-    let mut stalled = connect(port);
-    stalled.write_all(b"GET /metr").unwrap();
+    let mut stalled = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    stalled.write_all(b"GET /metr").await.unwrap();
 
     let huge_header = format!(
         "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
@@ -362,7 +378,7 @@ fn bad_http_harms_nothing() {
         huge_header.into_bytes(),
     ];
     for input in &garbage {
-        let response = exchange(port, input);
+        let response = exchange_in_process(port, input).await;
         let text = String::from_utf8_lossy(&response);
         assert!(
             response.is_empty() || text.starts_with("HTTP/1.1 4"),
@@ -371,10 +387,9 @@ fn bad_http_harms_nothing() {
         );
     }
 
-    let scraped = get(port, "/metrics");
-    assert_eq!(scraped.status, 200);
-    let mut con = server.connect();
-    assert_eq!(run(&mut con, &["PING"]), Value::SimpleString("PONG".into()));
+    let scraped = exchange_in_process(port, &request("GET", "/metrics", "")).await;
+    assert_eq!(Response::parse(&scraped).status, 200);
+    server.client().await.ping().await;
     drop(stalled);
 }
 
@@ -398,8 +413,8 @@ fn shutdown_is_clean_with_a_scraper_connected() {
 #[test]
 fn requirepass_does_not_guard_the_endpoint() {
     let (server, port) = start(&["--requirepass", "secret"]);
-    let mut con = server.connect();
-    assert!(common::error(&mut con, &["DBSIZE"]).starts_with("NOAUTH"));
+    let mut con = server.typed();
+    assert!(con.error(&["DBSIZE"]).starts_with("NOAUTH"));
     let response = get(port, "/metrics");
     assert_eq!(response.status, 200);
     assert!(!response.body.contains("secret"));
@@ -410,7 +425,7 @@ fn protected_mode_covers_the_endpoint() {
     let temp = tempfile::tempdir().unwrap();
     let dir = temp.path().join("data");
     let port = free_port().to_string();
-    let exited = common::run_to_exit(&[
+    let exited = common::binary::run_to_exit(&[
         "--port",
         "0",
         "--dir",

@@ -12,7 +12,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::Server;
+use common::binary::Server;
 
 #[test]
 #[ignore = "needs node and its clients (npm ci --prefix tests/clients); run with --include-ignored"]

@@ -9,7 +9,9 @@ use std::net::{Shutdown, TcpStream};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{Server, exchange, lease_reply, read_frame, read_to_close, resp, show};
+use common::binary::Server;
+use common::client::lease_reply;
+use common::raw::{exchange, read_frame, read_to_close, resp, show};
 use redis::Value;
 
 // ---- expected replies ----
@@ -417,7 +419,7 @@ fn split_reads_decode_to_the_same_replies() {
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
-        let got = common::read_at_least(&mut s, replies.len());
+        let got = common::raw::read_at_least(&mut s, replies.len());
         assert_eq!(show(&got), show(&replies), "chunks of {chunk}");
         assert_eq!(exchange(&mut s, b"PING\r\n", 7), b"+PONG\r\n");
     }

@@ -10,7 +10,7 @@ mod common;
 
 use std::process::Command;
 
-use common::Server;
+use common::binary::Server;
 
 #[test]
 #[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]

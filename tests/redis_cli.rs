@@ -10,7 +10,7 @@ mod common;
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
-use common::Server;
+use common::binary::Server;
 
 fn redis_cli(server: &Server, args: &[&str]) -> Output {
     Command::new("redis-cli")

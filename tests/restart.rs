@@ -4,19 +4,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Server, acquire};
-
-/// A data directory that outlives the servers started on it.
-fn data_dir() -> (tempfile::TempDir, PathBuf) {
-    let temp = tempfile::tempdir().expect("temp dir");
-    let dir = temp.path().join("data");
-    (temp, dir)
-}
+use common::binary::{Server, data_dir, wait_until};
+use common::client::{acquire, lease_or_null, lease_reply};
 
 /// A server without the append-only log: what these tests check is that
 /// fencing tokens survive on the token ceiling alone.
@@ -31,14 +25,10 @@ fn start_logged(dir: &Path) -> Server {
 
 /// Acquires `count` distinct runs and returns their tokens, in order.
 fn acquire_runs(server: &Server, prefix: &str, count: usize) -> Vec<i64> {
-    let mut con = server.connect();
+    let mut con = server.typed();
     (0..count)
         .map(|i| acquire(&mut con, &format!("{prefix}-{i}"), "w", 0.0).expect("run is free"))
         .collect()
-}
-
-fn dbsize(con: &mut redis::Connection) -> i64 {
-    redis::cmd("DBSIZE").query(con).expect("DBSIZE")
 }
 
 /// How a test ends a server cleanly.
@@ -79,8 +69,8 @@ fn clean_restart_continues_without_a_gap(how: Stop) {
     let mut first = start(&dir);
     assert_eq!(acquire_runs(&first, "run", 5), [1, 2, 3, 4, 5]);
     // An idle client must not hold up the shutdown.
-    let mut idle = first.connect();
-    assert_eq!(dbsize(&mut idle), 5);
+    let mut idle = first.typed();
+    assert_eq!(idle.dbsize(), 5);
     stop_cleanly(&mut first, how);
     assert!(
         first.log().contains("do not survive a restart"),
@@ -90,14 +80,10 @@ fn clean_restart_continues_without_a_gap(how: Stop) {
 
     let mut second = start(&dir);
     assert!(second.log().contains("do not survive a restart"));
-    let mut con = second.connect();
-    let lease: redis::Value = redis::cmd("LEASE.GET")
-        .arg("run-0")
-        .arg(0)
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(lease, redis::Value::Nil, "leases do not survive a restart");
-    assert_eq!(dbsize(&mut con), 0);
+    let mut con = second.typed();
+    let lease = con.get("run-0", Some(0.0));
+    assert_eq!(lease, None, "leases do not survive a restart");
+    assert_eq!(con.dbsize(), 0);
     // The run is free again, and its new lease gets the next token.
     assert_eq!(acquire(&mut con, "run-0", "w", 0.0), Some(6));
     assert_eq!(acquire(&mut con, "run-new", "w", 0.0), Some(7));
@@ -116,8 +102,8 @@ fn clean_restart_keeps_leases_with_the_log(how: Stop) {
     stop_cleanly(&mut first, how);
     let second = start_logged(&dir);
     assert!(!second.log().contains("do not survive a restart"));
-    let mut con = second.connect();
-    assert_eq!(dbsize(&mut con), 5);
+    let mut con = second.typed();
+    assert_eq!(con.dbsize(), 5);
     assert_eq!(
         acquire(&mut con, "run-0", "w", 0.0),
         None,
@@ -180,13 +166,11 @@ fn acquire_until_stopped(
                         .query::<redis::Value>(&mut con);
                     match reply {
                         Ok(reply) => {
-                            let Some(redis::Value::Int(token)) =
-                                common::lease_field(&reply, "fencing_token")
-                            else {
+                            let Some(lease) = lease_or_null(&reply) else {
                                 failed.store(true, Ordering::Relaxed);
                                 panic!("unexpected reply {reply:?}");
                             };
-                            tokens.push(*token);
+                            tokens.push(lease.fencing_token);
                             count.fetch_add(1, Ordering::Relaxed);
                         }
                         // The server went away.
@@ -203,15 +187,16 @@ fn acquire_until_stopped(
             })
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while count.load(Ordering::Relaxed) < at_least && !failed.load(Ordering::Relaxed) {
-        assert!(
-            Instant::now() < deadline,
-            "clients too slow:\n{}",
+    wait_until(Duration::from_secs(20), || {
+        let done = count.load(Ordering::Relaxed);
+        if done >= at_least || failed.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        Err(format!(
+            "clients too slow: {done} acquires\n{}",
             server.log()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+        ))
+    });
     stop(server);
     let mut tokens: Vec<i64> = workers
         .into_iter()
@@ -308,8 +293,8 @@ fn crash_after_crossing_a_token_block() {
         for (i, reply) in replies.iter().enumerate() {
             let expected = batch * BATCH + i as i64 + 1;
             assert_eq!(
-                common::lease_field(reply, "fencing_token"),
-                Some(&redis::Value::Int(expected)),
+                lease_reply(reply).fencing_token,
+                expected,
                 "crossing a block boundary must not skip or repeat tokens"
             );
         }
@@ -331,7 +316,7 @@ fn a_second_server_on_the_same_directory_refuses_to_start() {
     assert_eq!(acquire_runs(&first, "run", 2), [1, 2]);
 
     let dir_arg = dir.to_str().unwrap();
-    let second = common::run_to_exit(&["--port", "0", "--dir", dir_arg]);
+    let second = common::binary::run_to_exit(&["--port", "0", "--dir", dir_arg]);
     let output = second.output();
     assert!(!second.status.success(), "second server: {output}");
     assert!(output.contains("in use"), "{output}");
@@ -342,8 +327,8 @@ fn a_second_server_on_the_same_directory_refuses_to_start() {
     assert!(!output.contains("Ready to accept connections"), "{output}");
 
     // The first server is unharmed: its leases and tokens go on.
-    let mut con = first.connect();
-    assert_eq!(dbsize(&mut con), 2);
+    let mut con = first.typed();
+    assert_eq!(con.dbsize(), 2);
     assert_eq!(acquire(&mut con, "run-2", "w", 0.0), Some(3));
     first.stop();
     // Once it is gone the directory can be used again, with no gap.
@@ -353,7 +338,7 @@ fn a_second_server_on_the_same_directory_refuses_to_start() {
 
 /// Starts on `dir`, expecting a refusal that names the ceiling file.
 fn assert_refused_for_damaged_ceiling(dir: &Path, damage: &str) {
-    let exited = common::run_to_exit(&["--port", "0", "--dir", dir.to_str().unwrap()]);
+    let exited = common::binary::run_to_exit(&["--port", "0", "--dir", dir.to_str().unwrap()]);
     let output = exited.output();
     assert!(
         !exited.status.success(),
@@ -417,7 +402,8 @@ fn a_ceiling_deleted_from_a_used_dir_stops_the_start() {
     let file = dir.join("token-ceiling");
     std::fs::remove_file(&file).unwrap();
     assert_refused_for_damaged_ceiling(&dir, "deleted");
-    let output = common::run_to_exit(&["--port", "0", "--dir", dir.to_str().unwrap()]).output();
+    let output =
+        common::binary::run_to_exit(&["--port", "0", "--dir", dir.to_str().unwrap()]).output();
     assert!(output.contains("is missing"), "{output}");
 
     // An operator who knows a bound writes it by hand; tokens go on above it.

@@ -1,245 +1,164 @@
-//! Retention and reclaiming against the real binary: the retention
-//! boundary, takeovers and heartbeats, memory after a mass abandonment,
-//! reclaims surviving crashes and restarts, registry time (not the wall
-//! clock) driving the sweep, `lease-retention 0`, INFO leases, CONFIG GET
-//! and DBSIZE.
+//! Retention and reclaiming: the retention boundary, takeovers and
+//! heartbeats, registry time (not the server's clock) driving the reclaim,
+//! `lease-retention 0`, INFO leases, CONFIG GET and DBSIZE, against a
+//! server in the test's runtime whose clock the test moves on (no
+//! waiting); memory after a mass abandonment and reclaims surviving
+//! crashes and restarts, against the real binary.
 
 mod common;
 
-use std::collections::HashMap;
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{Server, error, field, pairs, run};
-use redis::{Connection, Value};
+use common::binary::{Server, data_dir, wait_until};
+use common::client::{AsyncClient, Client, Lease, info_number};
+use common::inprocess::{InProcess, settle};
+use redis::Value;
+use tokio::time::advance;
 
-/// How long a poll waits for the sweep before the test fails.
-const PATIENCE: Duration = Duration::from_secs(10);
+const SECOND: Duration = Duration::from_secs(1);
+const HOUR: Duration = Duration::from_secs(3600);
 
-fn int(con: &mut Connection, words: &[&str]) -> i64 {
-    match run(con, words) {
-        Value::Int(i) => i,
-        other => panic!("{words:?} gave {other:?}"),
-    }
-}
-
-fn dbsize(con: &mut Connection) -> i64 {
-    int(con, &["DBSIZE"])
-}
-
-/// Polls DBSIZE until it is `expected` (the sweep works between
-/// requests, a step at a time); fails with the last value after PATIENCE.
-fn wait_for_dbsize(con: &mut Connection, expected: i64) {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let size = dbsize(con);
-        if size == expected {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "DBSIZE is {size}, expected {expected}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// A lease acquired at `now` with `ttl`: its lease id and token as text.
-fn acquire(con: &mut Connection, run_id: &str, worker: &str, now: &str, ttl: &str) -> Lease {
-    let reply = run(con, &["LEASE.ACQUIRE", run_id, worker, now, "TTL", ttl]);
-    let lease = pairs(reply);
-    let token = match field(&lease, "fencing_token") {
-        Value::Int(token) => token,
-        other => panic!("fencing_token {other:?}"),
-    };
-    let id = match field(&lease, "lease_id") {
-        Value::BulkString(id) => String::from_utf8(id).unwrap(),
-        other => panic!("lease_id {other:?}"),
-    };
-    assert_eq!(id, format!("{run_id}:{worker}:{token}"));
-    Lease {
-        run_id: run_id.to_owned(),
-        id,
-        token: token.to_string(),
-    }
-}
-
-struct Lease {
-    run_id: String,
-    id: String,
-    token: String,
-}
-
-impl Lease {
-    fn release(&self, con: &mut Connection) -> i64 {
-        int(con, &["LEASE.RELEASE", &self.id, &self.token])
-    }
-
-    fn heartbeat(&self, con: &mut Connection, now: &str) -> i64 {
-        int(con, &["LEASE.HEARTBEAT", &self.id, &self.token, now])
-    }
-
-    fn validate(&self, con: &mut Connection, now: &str) -> i64 {
-        int(
-            con,
-            &["LEASE.VALIDATE", &self.run_id, &self.id, &self.token, now],
-        )
-    }
-}
-
-/// What `LEASE.GET run now` returns: the lease's id, `expires_at` and
-/// `expired`, or None for null.
-fn get(con: &mut Connection, run_id: &str, now: &str) -> Option<(String, f64, i64)> {
-    let reply = run(con, &["LEASE.GET", run_id, now]);
-    if reply == Value::Nil {
-        return None;
-    }
-    let lease = pairs(reply);
-    let id = match field(&lease, "lease_id") {
-        Value::BulkString(id) => String::from_utf8(id).unwrap(),
-        other => panic!("lease_id {other:?}"),
-    };
-    let expires_at = match field(&lease, "expires_at") {
-        Value::BulkString(text) => String::from_utf8(text).unwrap().parse().unwrap(),
-        other => panic!("expires_at {other:?}"),
-    };
-    let expired = match field(&lease, "expired") {
-        Value::Int(flag) => flag,
-        other => panic!("expired {other:?}"),
-    };
-    Some((id, expires_at, expired))
-}
-
-/// The fields of one INFO section.
-fn info(con: &mut Connection, section: &str) -> HashMap<String, String> {
-    let text: String = redis::cmd("INFO").arg(section).query(con).expect("INFO");
-    text.lines()
-        .filter(|line| !line.starts_with('#') && !line.is_empty())
-        .map(|line| {
-            let (name, value) = line.split_once(':').expect("name:value");
-            (name.to_owned(), value.to_owned())
-        })
-        .collect()
-}
-
-fn info_u64(con: &mut Connection, section: &str, name: &str) -> u64 {
-    let fields = info(con, section);
-    let value = fields
-        .get(name)
-        .unwrap_or_else(|| panic!("no {name} in INFO {section}: {fields:?}"));
-    value.parse().unwrap_or_else(|_| panic!("{name}:{value}"))
-}
-
-fn data_dir() -> (tempfile::TempDir, PathBuf) {
-    let temp = tempfile::tempdir().expect("temp dir");
-    let dir = temp.path().join("data");
-    (temp, dir)
-}
-
-#[test]
-fn an_expired_lease_is_releasable_until_expiry_plus_retention_and_gone_from_then_on() {
-    let server = Server::start_with(&["--lease-retention", "60"]);
-    let mut con = server.connect();
+#[tokio::test(start_paused = true)]
+async fn an_expired_lease_is_releasable_until_expiry_plus_retention_and_gone_from_then_on() {
+    let server = InProcess::start(&["--lease-retention", "60"]).await;
+    let mut con = server.client().await;
     // Each expires at 10: releasable while time < 70.
-    let a = acquire(&mut con, "a", "w", "0", "10");
-    let b = acquire(&mut con, "b", "w", "0", "10");
-    let c = acquire(&mut con, "c", "w", "0", "10");
-    let _d = acquire(&mut con, "d", "w", "0", "10");
-    assert_eq!(dbsize(&mut con), 4);
+    let a = &con.acquire("a", "w", Some(0.0), Some(10.0)).await.unwrap();
+    let b = &con.acquire("b", "w", Some(0.0), Some(10.0)).await.unwrap();
+    let c = &con.acquire("c", "w", Some(0.0), Some(10.0)).await.unwrap();
+    con.acquire("d", "w", Some(0.0), Some(10.0)).await.unwrap();
+    assert_eq!(con.dbsize().await, 4);
 
     // One second before the deadline: still there, expired, releasable.
-    assert_eq!(get(&mut con, "a", "69"), Some((a.id.clone(), 10.0, 1)));
-    assert_eq!(get(&mut con, "b", "69"), Some((b.id.clone(), 10.0, 1)));
-    assert_eq!(a.release(&mut con), 1);
-    assert_eq!(get(&mut con, "a", "69"), None);
-    assert_eq!(dbsize(&mut con), 3);
+    assert_eq!(con.get("a", Some(69.0)).await, Some(a.with_expired(true)));
+    assert_eq!(con.get("b", Some(69.0)).await, Some(b.with_expired(true)));
+    assert!(con.release(a).await);
+    assert_eq!(con.get("a", Some(69.0)).await, None);
+    assert_eq!(con.dbsize().await, 3);
 
     // Exactly at the deadline it is gone.
-    assert_eq!(get(&mut con, "b", "70"), None);
-    assert_eq!(b.release(&mut con), 0);
+    assert_eq!(con.get("b", Some(70.0)).await, None);
+    assert!(!con.release(b).await);
 
-    // One second after: gone for every command, and the sweep takes the
+    // One second after: gone for every command, and the reclaim takes the
     // one no command looked at (d).
-    assert_eq!(get(&mut con, "c", "71"), None);
-    assert_eq!(c.release(&mut con), 0);
-    assert_eq!(c.heartbeat(&mut con, "71"), 0);
-    assert_eq!(c.validate(&mut con, "71"), 0);
-    wait_for_dbsize(&mut con, 0);
-    assert_eq!(get(&mut con, "d", "71"), None);
-    let leases = info(&mut con, "leases");
-    assert_eq!(leases["leases_reclaimed"], "3", "{leases:?}");
-    assert_eq!(leases["leases"], "0");
+    assert_eq!(con.get("c", Some(71.0)).await, None);
+    assert!(!con.release(c).await);
+    assert!(!con.heartbeat(c, Some(71.0)).await);
+    assert!(!con.validate("c", c, Some(71.0)).await);
+    settle().await;
+    assert_eq!(con.dbsize().await, 0);
+    assert_eq!(con.get("d", Some(71.0)).await, None);
+    let info = con.info("leases").await;
+    assert_eq!(info["leases_reclaimed"], "3", "{info:?}");
+    assert_eq!(info["leases"], "0");
 
     // A reclaimed run is free; the next token follows on.
-    let again = acquire(&mut con, "c", "w2", "71", "10");
-    assert_eq!(again.token, "5");
+    let again = con.acquire("c", "w2", Some(71.0), Some(10.0)).await;
+    assert_eq!(again.expect("c is free").fencing_token, 5);
 }
 
-#[test]
-fn a_run_taken_over_keeps_its_new_lease_past_the_old_leases_retention() {
-    let server = Server::start_with(&["--lease-retention", "5"]);
-    let mut con = server.connect();
-    let old = acquire(&mut con, "run", "a", "0", "10");
+#[tokio::test(start_paused = true)]
+async fn a_run_taken_over_keeps_its_new_lease_past_the_old_leases_retention() {
+    let server = InProcess::start(&["--lease-retention", "5"]).await;
+    let mut con = server.client().await;
+    let old = con
+        .acquire("run", "a", Some(0.0), Some(10.0))
+        .await
+        .unwrap();
     // A lease nobody takes over, expiring with the old one: its reclaim
-    // shows the sweep has been past that second.
-    acquire(&mut con, "abandoned", "a", "0", "10");
-    let new = acquire(&mut con, "run", "b", "12", "10");
-    assert_eq!(new.token, "3");
+    // shows the reclaim has been past that second.
+    con.acquire("abandoned", "a", Some(0.0), Some(10.0))
+        .await
+        .unwrap();
+    let new = con
+        .acquire("run", "b", Some(12.0), Some(10.0))
+        .await
+        .unwrap();
+    assert_eq!(new.fencing_token, 3);
 
     // Past the old lease's deadline (15), before the new one's (27).
-    assert_eq!(get(&mut con, "run", "26"), Some((new.id.clone(), 22.0, 1)));
-    wait_for_dbsize(&mut con, 1);
-    assert_eq!(get(&mut con, "abandoned", "26"), None);
-    assert_eq!(get(&mut con, "run", "26"), Some((new.id.clone(), 22.0, 1)));
-    assert_eq!(old.release(&mut con), 0);
-    assert_eq!(dbsize(&mut con), 1);
-    assert_eq!(info(&mut con, "leases")["leases_reclaimed"], "1");
-    assert_eq!(new.release(&mut con), 1);
-    assert_eq!(dbsize(&mut con), 0);
+    assert_eq!(
+        con.get("run", Some(26.0)).await,
+        Some(new.with_expired(true))
+    );
+    settle().await;
+    assert_eq!(con.dbsize().await, 1);
+    assert_eq!(con.get("abandoned", Some(26.0)).await, None);
+    assert_eq!(
+        con.get("run", Some(26.0)).await,
+        Some(new.with_expired(true))
+    );
+    assert!(!con.release(&old).await);
+    assert_eq!(con.dbsize().await, 1);
+    assert_eq!(con.info("leases").await["leases_reclaimed"], "1");
+    assert!(con.release(&new).await);
+    assert_eq!(con.dbsize().await, 0);
 }
 
-#[test]
-fn a_heartbeat_postpones_reclaiming() {
-    let server = Server::start_with(&["--lease-retention", "5"]);
-    let mut con = server.connect();
-    let kept = acquire(&mut con, "kept", "w", "0", "10");
-    acquire(&mut con, "abandoned", "w", "0", "10");
+#[tokio::test(start_paused = true)]
+async fn a_heartbeat_postpones_reclaiming() {
+    let server = InProcess::start(&["--lease-retention", "5"]).await;
+    let mut con = server.client().await;
+    let kept = con
+        .acquire("kept", "w", Some(0.0), Some(10.0))
+        .await
+        .unwrap();
+    let abandoned = con.acquire("abandoned", "w", Some(0.0), Some(10.0)).await;
+    let abandoned = abandoned.unwrap();
     // Expiry 10 -> 18: into another second of the expiry index.
-    assert_eq!(kept.heartbeat(&mut con, "8"), 1);
+    assert!(con.heartbeat(&kept, Some(8.0)).await);
+    let kept = Lease {
+        expires_at: 18.0,
+        ..kept
+    };
 
     // Past 10 + 5, before 18 + 5.
     assert_eq!(
-        get(&mut con, "abandoned", "0"),
-        Some(("abandoned:w:2".into(), 10.0, 0))
+        con.get("abandoned", Some(0.0)).await,
+        Some(abandoned.with_expired(false))
     );
-    assert_eq!(get(&mut con, "other", "22"), None);
-    wait_for_dbsize(&mut con, 1);
+    assert_eq!(con.get("other", Some(22.0)).await, None);
+    settle().await;
+    assert_eq!(con.dbsize().await, 1);
     assert_eq!(
-        get(&mut con, "kept", "22"),
-        Some((kept.id.clone(), 18.0, 1))
+        con.get("kept", Some(22.0)).await,
+        Some(kept.with_expired(true))
     );
-    assert_eq!(get(&mut con, "abandoned", "22"), None);
+    assert_eq!(con.get("abandoned", Some(22.0)).await, None);
 
     // At 18 + 5 the heartbeat's deadline has come too.
-    assert_eq!(get(&mut con, "other", "24"), None);
-    wait_for_dbsize(&mut con, 0);
-    assert_eq!(kept.release(&mut con), 0);
-    assert_eq!(info(&mut con, "leases")["leases_reclaimed"], "2");
+    assert_eq!(con.get("other", Some(24.0)).await, None);
+    settle().await;
+    assert_eq!(con.dbsize().await, 0);
+    assert!(!con.release(&kept).await);
+    assert_eq!(con.info("leases").await["leases_reclaimed"], "2");
+}
+
+/// Waits for DBSIZE to be `expected`: the real binary reclaims in the
+/// background, a step at a time, and no reply says when it is done.
+fn wait_for_dbsize(con: &mut Client, expected: i64) {
+    wait_until(Duration::from_secs(10), || match con.dbsize() {
+        size if size == expected => Ok(()),
+        size => Err(format!("DBSIZE is {size}, expected {expected}")),
+    });
 }
 
 /// `used_memory` as a new, sole connection sees it: the buffers of
 /// connections that have closed are freed, so the figure is the registry
 /// and what the core keeps between requests.
 fn used_memory_alone(server: &Server) -> u64 {
-    let mut con = server.connect();
-    let deadline = Instant::now() + PATIENCE;
-    while info_u64(&mut con, "clients", "connected_clients") != 1 {
-        assert!(Instant::now() < deadline, "other clients stay connected");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    info_u64(&mut con, "memory", "used_memory")
+    let mut con = server.typed();
+    wait_until(Duration::from_secs(10), || {
+        match info_number(&con.info("clients"), "connected_clients") {
+            1 => Ok(()),
+            n => Err(format!("{n} clients connected")),
+        }
+    });
+    info_number(&con.info("memory"), "used_memory")
 }
 
+/// Against the binary: the memory measured is the process's.
 #[test]
 fn abandoning_200000_runs_gives_their_memory_back() {
     const RUNS: usize = 200_000;
@@ -251,7 +170,7 @@ fn abandoning_200000_runs_gives_their_memory_back() {
 
     // At 0 with TTL 10, in pipelines of BATCH. Run and worker ids together
     // are too long to be stored inline, so each lease has a heap block too.
-    let mut con = server.connect();
+    let mut con = server.typed();
     for start in (0..RUNS).step_by(BATCH) {
         let mut pipe = redis::pipe();
         for i in start..start + BATCH {
@@ -265,8 +184,8 @@ fn abandoning_200000_runs_gives_their_memory_back() {
         }
         let () = pipe.query(&mut con).expect("pipelined LEASE.ACQUIRE");
     }
-    assert_eq!(dbsize(&mut con), RUNS as i64);
-    let peak = info_u64(&mut con, "memory", "used_memory");
+    assert_eq!(con.dbsize(), RUNS as i64);
+    let peak = info_number(&con.info("memory"), "used_memory");
     let growth = peak.saturating_sub(before);
     // A slot is 56 bytes, the ids take a 32-byte block, and two hash
     // indexes: well over 15 MiB, or the figure is not measuring leases.
@@ -276,12 +195,12 @@ fn abandoning_200000_runs_gives_their_memory_back() {
     );
 
     // One command moves time past every deadline (10 + 5).
-    assert_eq!(get(&mut con, "nobody", "16"), None);
+    assert_eq!(con.get("nobody", Some(16.0)), None);
     wait_for_dbsize(&mut con, 0);
-    let leases = info(&mut con, "leases");
-    assert_eq!(leases["leases_reclaimed"], RUNS.to_string(), "{leases:?}");
-    assert_eq!(leases["leases"], "0");
-    assert_eq!(get(&mut con, "abandoned-run-000000", "16"), None);
+    let info = con.info("leases");
+    assert_eq!(info["leases_reclaimed"], RUNS.to_string(), "{info:?}");
+    assert_eq!(info["leases"], "0");
+    assert_eq!(con.get("abandoned-run-000000", Some(16.0)), None);
     drop(con);
     let after = used_memory_alone(&server);
     // What stays is buffers sized by one batch (about 0.5 MB), not by
@@ -296,13 +215,14 @@ fn abandoning_200000_runs_gives_their_memory_back() {
     );
 }
 
+/// Against the binary: a kill -9 and restarts.
 #[test]
 fn reclaims_are_logged_and_stay_gone_after_a_crash_and_a_clean_restart() {
-    const RUNS: usize = 2_500; // more than one sweep step
+    const RUNS: usize = 2_500; // more than one reclaim step
     let (_temp, dir) = data_dir();
     let args = ["--lease-retention", "5", "--appendfsync", "always"];
     let mut server = Server::start_in(&dir, &args).unwrap_or_else(|e| panic!("{e}"));
-    let mut con = server.connect();
+    let mut con = server.typed();
     let mut pipe = redis::pipe();
     for i in 0..RUNS {
         pipe.cmd("LEASE.ACQUIRE")
@@ -314,18 +234,20 @@ fn reclaims_are_logged_and_stay_gone_after_a_crash_and_a_clean_restart() {
             .ignore();
     }
     let () = pipe.query(&mut con).expect("pipelined LEASE.ACQUIRE");
-    // Gone to every command at exactly its deadline, before the sweep
-    // (which takes whole seconds) reclaims it: a lookup changes nothing.
-    let looked_up = acquire(&mut con, "looked-up", "w", "0.5", "10");
-    assert_eq!(get(&mut con, "looked-up", "15.5"), None);
-    assert_eq!(looked_up.release(&mut con), 0);
-    assert_eq!(info(&mut con, "leases")["leases_reclaimed"], "0");
+    // Gone to every command at exactly its deadline, before the reclaim
+    // (which takes whole seconds) removes it: a lookup changes nothing.
+    let looked_up = con.acquire("looked-up", "w", Some(0.5), Some(10.0));
+    let looked_up = looked_up.expect("a free run");
+    assert_eq!(con.get("looked-up", Some(15.5)), None);
+    assert!(!con.release(&looked_up));
+    assert_eq!(con.info("leases")["leases_reclaimed"], "0");
 
     // Past every deadline; this lease lives on.
-    let live = acquire(&mut con, "live", "w", "100", "1000");
+    let live = con.acquire("live", "w", Some(100.0), Some(1000.0));
+    let live = live.expect("a free run");
     wait_for_dbsize(&mut con, 1);
     assert_eq!(
-        info(&mut con, "leases")["leases_reclaimed"],
+        con.info("leases")["leases_reclaimed"],
         (RUNS + 1).to_string()
     );
     drop(con);
@@ -336,46 +258,49 @@ fn reclaims_are_logged_and_stay_gone_after_a_crash_and_a_clean_restart() {
     let forever = ["--lease-retention", "0", "--appendfsync", "always"];
     for crash in [true, false] {
         let mut server = Server::start_in(&dir, &forever).unwrap_or_else(|e| panic!("{e}"));
-        let mut con = server.connect();
+        let mut con = server.typed();
         let how = if crash {
             "after kill -9"
         } else {
             "after a clean stop"
         };
-        assert_eq!(dbsize(&mut con), 1, "{how}");
+        assert_eq!(con.dbsize(), 1, "{how}");
         for run_id in ["run-0", "run-1234", "run-2499", "looked-up"] {
-            assert_eq!(get(&mut con, run_id, "0"), None, "{run_id} {how}");
+            assert_eq!(con.get(run_id, Some(0.0)), None, "{run_id} {how}");
         }
-        assert_eq!(
-            get(&mut con, "live", "0"),
-            Some((live.id.clone(), 1100.0, 0))
-        );
-        let leases = info(&mut con, "leases");
-        assert_eq!(leases["leases"], "1", "{how}: {leases:?}");
-        assert_eq!(leases["leases_reclaimed"], "0", "{how}: {leases:?}");
+        assert_eq!(con.get("live", Some(0.0)), Some(live.with_expired(false)));
+        let info = con.info("leases");
+        assert_eq!(info["leases"], "1", "{how}: {info:?}");
+        assert_eq!(info["leases_reclaimed"], "0", "{how}: {info:?}");
         drop(con);
         server.stop();
     }
 }
 
 /// Leases made at small explicit times, expired and within retention
-/// (retention 5: expiry 110, deadline 115), on a fresh server.
-fn server_with_retained_leases() -> (Server, Connection) {
-    let server = Server::start_with(&["--lease-retention", "5"]);
-    let mut con = server.connect();
+/// (retention 5: expiry 110, deadline 115), on a fresh server; the leases
+/// of x, y and z.
+async fn server_with_retained_leases() -> (InProcess, AsyncClient, Vec<Lease>) {
+    let server = InProcess::start(&["--lease-retention", "5"]).await;
+    let mut con = server.client().await;
+    let mut leases = Vec::new();
     for run_id in ["x", "y", "z"] {
-        acquire(&mut con, run_id, "w", "100", "10");
+        let lease = con.acquire(run_id, "w", Some(100.0), Some(10.0)).await;
+        leases.push(lease.expect("a free run"));
     }
-    assert_eq!(get(&mut con, "x", "112"), Some(("x:w:1".into(), 110.0, 1)));
-    (server, con)
+    let x = leases[0].with_expired(true);
+    assert_eq!(con.get("x", Some(112.0)).await, Some(x));
+    (server, con, leases)
 }
 
-#[test]
-fn reclaiming_follows_registry_time_not_the_wall_clock() {
-    let (_server, mut con) = server_with_retained_leases();
-    // Idle, then commands that do not carry a lease time.
-    std::thread::sleep(Duration::from_secs(1));
-    assert_eq!(dbsize(&mut con), 3);
+#[tokio::test(start_paused = true)]
+async fn reclaiming_follows_registry_time_not_the_wall_clock() {
+    let (_server, mut con, leases) = server_with_retained_leases().await;
+    // An hour on the server's clock, idle, then commands that do not carry
+    // a lease time.
+    advance(HOUR).await;
+    settle().await;
+    assert_eq!(con.dbsize().await, 3);
     for words in [
         &["PING"][..],
         &["INFO"],
@@ -384,109 +309,122 @@ fn reclaiming_follows_registry_time_not_the_wall_clock() {
         &["CONFIG", "GET", "*"],
         &["TIME"],
     ] {
-        run(&mut con, words);
+        con.run(words).await;
     }
     // A lease command with a lagging now is read at registry time (112),
     // and RELEASE carries no time at all.
-    assert_eq!(int(&mut con, &["LEASE.RELEASE", "nobody:w:99", "99"]), 0);
-    assert_eq!(get(&mut con, "nobody", "50"), None);
-    std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(dbsize(&mut con), 3);
-    let leases = info(&mut con, "leases");
-    assert_eq!(leases["registry_time"], "112", "{leases:?}");
-    assert_eq!(leases["leases_reclaimed"], "0", "{leases:?}");
-    for run_id in ["x", "y", "z"] {
-        let lease = get(&mut con, run_id, "101").unwrap_or_else(|| panic!("{run_id} gone"));
-        assert_eq!(lease.2, 1);
+    let release = ["LEASE.RELEASE", "nobody:w:99", "99"];
+    assert_eq!(con.run(&release).await, Value::Int(0));
+    assert_eq!(con.get("nobody", Some(50.0)).await, None);
+    advance(SECOND).await;
+    settle().await;
+    assert_eq!(con.dbsize().await, 3);
+    let info = con.info("leases").await;
+    assert_eq!(info["registry_time"], "112", "{info:?}");
+    assert_eq!(info["leases_reclaimed"], "0", "{info:?}");
+    for lease in &leases {
+        let run_id = std::str::from_utf8(&lease.run_id).unwrap();
+        let got = con.get(run_id, Some(101.0)).await;
+        assert_eq!(got, Some(lease.with_expired(true)), "{run_id}");
     }
 
     // An explicit now at the deadline: a lookup finds x gone, and once
-    // the whole second of their expiry is past it, the sweep takes the rest.
-    assert_eq!(get(&mut con, "x", "115"), None);
-    assert_eq!(get(&mut con, "nobody", "116"), None);
-    wait_for_dbsize(&mut con, 0);
-    assert_eq!(info(&mut con, "leases")["leases_reclaimed"], "3");
+    // the whole second of their expiry is past it, the reclaim takes the
+    // rest.
+    assert_eq!(con.get("x", Some(115.0)).await, None);
+    assert_eq!(con.get("nobody", Some(116.0)).await, None);
+    settle().await;
+    assert_eq!(con.dbsize().await, 0);
+    assert_eq!(con.info("leases").await["leases_reclaimed"], "3");
 }
 
-#[test]
-fn a_read_without_now_changes_nothing_and_a_write_without_now_moves_time_and_reclaims() {
-    let (_server, mut con) = server_with_retained_leases();
+#[tokio::test(start_paused = true)]
+async fn a_read_without_now_changes_nothing_and_a_write_without_now_moves_time_and_reclaims() {
+    let (_server, mut con, leases) = server_with_retained_leases().await;
     // Evaluated at the server's clock, so expired, but time stays at 112.
-    assert_eq!(run(&mut con, &["LEASE.GET", "nobody"]), Value::Nil);
-    assert_eq!(int(&mut con, &["LEASE.VALIDATE", "x", "x:w:1", "1"]), 0);
-    let leases = info(&mut con, "leases");
-    assert_eq!(leases["registry_time"], "112", "{leases:?}");
-    assert_eq!(get(&mut con, "x", "112"), Some(("x:w:1".into(), 110.0, 1)));
+    assert_eq!(con.get("nobody", None).await, None);
+    assert!(!con.validate("x", &leases[0], None).await);
+    let info = con.info("leases").await;
+    assert_eq!(info["registry_time"], "112", "{info:?}");
+    let x = leases[0].with_expired(true);
+    assert_eq!(con.get("x", Some(112.0)).await, Some(x));
     // An acquire without `now` moves registry time to the clock: the three
     // are past retention, and reclaimed.
-    run(&mut con, &["LEASE.ACQUIRE", "fresh", "w"]);
-    wait_for_dbsize(&mut con, 1);
-    let leases = info(&mut con, "leases");
-    assert_eq!(leases["leases_reclaimed"], "3", "{leases:?}");
-    let time: f64 = leases["registry_time"].parse().unwrap();
+    assert!(con.acquire("fresh", "w", None, None).await.is_some());
+    settle().await;
+    assert_eq!(con.dbsize().await, 1);
+    let info = con.info("leases").await;
+    assert_eq!(info["leases_reclaimed"], "3", "{info:?}");
+    let time: f64 = info["registry_time"].parse().unwrap();
     assert!(time > 1.6e9, "registry time {time}");
-    assert_eq!(get(&mut con, "x", "112"), None);
+    assert_eq!(con.get("x", Some(112.0)).await, None);
 }
 
-#[test]
-fn retention_0_keeps_expired_leases_forever() {
-    let server = Server::start_with(&["--lease-retention", "0"]);
-    let mut con = server.connect();
-    let first = acquire(&mut con, "first", "w", "0", "10");
-    let second = acquire(&mut con, "second", "w", "0", "10");
-    assert_eq!(
-        get(&mut con, "first", "1e9"),
-        Some((first.id.clone(), 10.0, 1))
-    );
-    // And the server clock, later still.
-    assert_eq!(run(&mut con, &["LEASE.GET", "nobody"]), Value::Nil);
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(dbsize(&mut con), 2);
-    assert_eq!(
-        get(&mut con, "second", "0"),
-        Some((second.id.clone(), 10.0, 1))
-    );
-    let leases = info(&mut con, "leases");
-    assert_eq!(leases["leases_reclaimed"], "0", "{leases:?}");
-    assert_eq!(leases["leases_expired"], "2", "{leases:?}");
-    assert_eq!(leases["lease_retention"], "0", "{leases:?}");
-    assert_eq!(first.release(&mut con), 1);
-    assert_eq!(second.release(&mut con), 1);
-    assert_eq!(dbsize(&mut con), 0);
+#[tokio::test(start_paused = true)]
+async fn retention_0_keeps_expired_leases_forever() {
+    let server = InProcess::start(&["--lease-retention", "0"]).await;
+    let mut con = server.client().await;
+    let first = con.acquire("first", "w", Some(0.0), Some(10.0)).await;
+    let first = first.unwrap();
+    let second = con.acquire("second", "w", Some(0.0), Some(10.0)).await;
+    let second = second.unwrap();
+    let got = con.get("first", Some(1e9)).await;
+    assert_eq!(got, Some(first.with_expired(true)));
+    // And the server clock, later still, and an hour on.
+    assert_eq!(con.get("nobody", None).await, None);
+    advance(HOUR).await;
+    settle().await;
+    assert_eq!(con.dbsize().await, 2);
+    let got = con.get("second", Some(0.0)).await;
+    assert_eq!(got, Some(second.with_expired(true)));
+    let info = con.info("leases").await;
+    assert_eq!(info["leases_reclaimed"], "0", "{info:?}");
+    assert_eq!(info["leases_expired"], "2", "{info:?}");
+    assert_eq!(info["lease_retention"], "0", "{info:?}");
+    assert!(con.release(&first).await);
+    assert!(con.release(&second).await);
+    assert_eq!(con.dbsize().await, 0);
 }
 
-#[test]
-fn info_leases_counts_leases_and_command_outcomes() {
-    let server = Server::start_with(&["--lease-retention", "100", "--lease-ttl", "7"]);
-    let mut con = server.connect();
-    let a = acquire(&mut con, "a", "w", "0", "10");
-    let b = acquire(&mut con, "b", "w", "0", "10");
-    let c = acquire(&mut con, "c", "w", "0", "1000");
-    assert_eq!(run(&mut con, &["LEASE.ACQUIRE", "a", "w", "5"]), Value::Nil);
-    assert_eq!(c.heartbeat(&mut con, "20"), 1);
-    assert_eq!(a.heartbeat(&mut con, "50"), 0); // expired
-    assert_eq!(int(&mut con, &["LEASE.HEARTBEAT", &c.id, "99", "50"]), 0);
+#[tokio::test]
+async fn info_leases_counts_leases_and_command_outcomes() {
+    let server = InProcess::start(&["--lease-retention", "100", "--lease-ttl", "7"]).await;
+    let mut con = server.client().await;
+    let a = con.acquire("a", "w", Some(0.0), Some(10.0)).await.unwrap();
+    let b = con.acquire("b", "w", Some(0.0), Some(10.0)).await.unwrap();
+    let c = con
+        .acquire("c", "w", Some(0.0), Some(1000.0))
+        .await
+        .unwrap();
+    assert_eq!(con.acquire("a", "w", Some(5.0), None).await, None);
+    assert!(con.heartbeat(&c, Some(20.0)).await);
+    assert!(!con.heartbeat(&a, Some(50.0)).await); // expired
+    let wrong_token = Lease {
+        fencing_token: 99,
+        ..c.clone()
+    };
+    assert!(!con.heartbeat(&wrong_token, Some(50.0)).await);
     // Default TTL: expires at 57.
-    let reply = run(&mut con, &["LEASE.ACQUIRE", "d", "w", "50"]);
-    assert_eq!(field(&pairs(reply), "expires_at"), common::bulk_value("57"));
+    let d = con.acquire("d", "w", Some(50.0), None).await.unwrap();
+    assert_eq!(d.expires_at, 57.0);
 
     // a and b expired (within retention), c and d active.
-    let leases = info(&mut con, "leases");
-    assert_eq!(leases["leases"], "4", "{leases:?}");
-    assert_eq!(leases["leases_active"], "2", "{leases:?}");
-    assert_eq!(leases["leases_expired"], "2", "{leases:?}");
-    assert_eq!(dbsize(&mut con), 4);
+    let info = con.info("leases").await;
+    assert_eq!(info["leases"], "4", "{info:?}");
+    assert_eq!(info["leases_active"], "2", "{info:?}");
+    assert_eq!(info["leases_expired"], "2", "{info:?}");
+    assert_eq!(con.dbsize().await, 4);
 
-    assert_eq!(c.validate(&mut con, "50"), 1);
-    assert_eq!(a.validate(&mut con, "50"), 0);
-    assert_eq!(b.release(&mut con), 1);
-    assert_eq!(b.release(&mut con), 0);
-    assert!(get(&mut con, "c", "50").is_some());
-    assert!(get(&mut con, "a", "50").is_some()); // expired, still a lease
-    assert_eq!(get(&mut con, "b", "50"), None);
-    assert_eq!(get(&mut con, "never", "50"), None);
+    assert!(con.validate("c", &c, Some(50.0)).await);
+    assert!(!con.validate("a", &a, Some(50.0)).await);
+    assert!(con.release(&b).await);
+    assert!(!con.release(&b).await);
+    assert!(con.get("c", Some(50.0)).await.is_some());
+    assert!(con.get("a", Some(50.0)).await.is_some()); // expired, still a lease
+    assert_eq!(con.get("b", Some(50.0)).await, None);
+    assert_eq!(con.get("never", Some(50.0)).await, None);
 
-    let leases = info(&mut con, "leases");
+    let info = con.info("leases").await;
     let expected = [
         ("leases", "3"),
         ("leases_active", "2"),
@@ -508,24 +446,19 @@ fn info_leases_counts_leases_and_command_outcomes() {
         ("get_failed", "2"),
     ];
     for (name, value) in expected {
-        assert_eq!(leases[name], value, "{name} in {leases:?}");
+        assert_eq!(info[name], value, "{name} in {info:?}");
     }
-    let retention: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("lease-retention")
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(retention, ["lease-retention", "100"]);
+    assert_eq!(con.config_get("lease-retention").await, "100");
     // Errors are answered and the connection stays usable.
-    error(&mut con, &["LEASE.GET"]);
-    assert_eq!(dbsize(&mut con), 3);
+    con.error(&["LEASE.GET"]).await;
+    assert_eq!(con.dbsize().await, 3);
 }
 
 #[test]
 fn a_bad_lease_retention_stops_the_start_naming_the_directive() {
     for value in ["-1", "abc", "inf", ""] {
         let (_temp, dir) = data_dir();
-        let exited = common::run_to_exit(&[
+        let exited = common::binary::run_to_exit(&[
             "--port",
             "0",
             "--dir",
@@ -542,24 +475,29 @@ fn a_bad_lease_retention_stops_the_start_naming_the_directive() {
     }
 }
 
-#[test]
-fn dbsize_counts_active_and_retained_expired_leases() {
-    let server = Server::start_with(&["--lease-retention", "30"]);
-    let mut con = server.connect();
-    assert_eq!(dbsize(&mut con), 0);
+#[tokio::test(start_paused = true)]
+async fn dbsize_counts_active_and_retained_expired_leases() {
+    let server = InProcess::start(&["--lease-retention", "30"]).await;
+    let mut con = server.client().await;
+    assert_eq!(con.dbsize().await, 0);
     for run_id in ["old-1", "old-2"] {
-        acquire(&mut con, run_id, "w", "0", "10");
+        con.acquire(run_id, "w", Some(0.0), Some(10.0))
+            .await
+            .unwrap();
     }
     for run_id in ["new-1", "new-2", "new-3"] {
-        acquire(&mut con, run_id, "w", "20", "100");
+        con.acquire(run_id, "w", Some(20.0), Some(100.0))
+            .await
+            .unwrap();
     }
     // old-* expired at 10, retained until 40.
-    assert_eq!(dbsize(&mut con), 5);
-    assert_eq!(get(&mut con, "nobody", "39"), None);
-    std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(dbsize(&mut con), 5);
-    let leases = info(&mut con, "leases");
-    assert_eq!(leases["leases_expired"], "2", "{leases:?}");
-    assert_eq!(get(&mut con, "nobody", "41"), None);
-    wait_for_dbsize(&mut con, 3);
+    assert_eq!(con.dbsize().await, 5);
+    assert_eq!(con.get("nobody", Some(39.0)).await, None);
+    settle().await;
+    assert_eq!(con.dbsize().await, 5);
+    let info = con.info("leases").await;
+    assert_eq!(info["leases_expired"], "2", "{info:?}");
+    assert_eq!(con.get("nobody", Some(41.0)).await, None);
+    settle().await;
+    assert_eq!(con.dbsize().await, 3);
 }

@@ -9,7 +9,9 @@ mod common;
 
 use std::path::Path;
 
-use common::{InProcess, Server, read_to_close};
+use common::binary::Server;
+use common::inprocess::InProcess;
+use common::raw::read_to_close;
 use redis::Value;
 
 #[tokio::test]
@@ -79,7 +81,7 @@ async fn a_new_lease_ttl_applies_to_later_acquires_only() {
 async fn a_rotated_password_is_needed_by_new_clients_only() {
     let server = InProcess::start(&["--requirepass", "old"]).await;
     let with = |password: &str| format!("redis://:{password}@127.0.0.1:{}/", server.port);
-    let mut admin = common::AsyncClient::connect(&with("old")).await;
+    let mut admin = common::client::AsyncClient::connect(&with("old")).await;
     admin.config_set(&[("requirepass", "new")]).await.unwrap();
     assert_eq!(admin.config_get("requirepass").await, "new");
     // Still authenticated after the change.
@@ -97,7 +99,7 @@ async fn a_rotated_password_is_needed_by_new_clients_only() {
         redis::ErrorKind::AuthenticationFailed,
         "{refused}"
     );
-    let mut fresh = common::AsyncClient::connect(&with("new")).await;
+    let mut fresh = common::client::AsyncClient::connect(&with("new")).await;
     assert_eq!(fresh.dbsize().await, 0);
     // And the password is off again: anyone connects.
     admin.config_set(&[("requirepass", "")]).await.unwrap();
@@ -240,7 +242,8 @@ fn config_rewrite_keeps_the_files_comments_and_survives_a_restart() {
     // a restart from the file alone has the changed settings.
     let server = spawn(&[file]);
     let url = format!("redis://:two%20words@127.0.0.1:{}/", server.port);
-    let mut con = common::Client::new(redis::Client::open(url).unwrap().get_connection().unwrap());
+    let mut con =
+        common::client::Client::new(redis::Client::open(url).unwrap().get_connection().unwrap());
     assert_eq!(con.config_get("lease-ttl"), "30");
     assert_eq!(
         con.config_get("client-output-buffer-limit"),
@@ -262,7 +265,7 @@ fn read_to_close_after_quit(stream: &mut std::net::TcpStream) -> Vec<u8> {
 
 /// The binary with exactly `args` (the file's port may be 0).
 fn spawn(args: &[&str]) -> Server {
-    let mut command = std::process::Command::new(common::BINARY);
+    let mut command = std::process::Command::new(common::binary::BINARY);
     command.args(args);
     Server::spawn(command, Path::new("")).unwrap_or_else(|e| panic!("{e}"))
 }

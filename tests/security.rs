@@ -10,18 +10,16 @@ mod common;
 
 use std::io::Write;
 use std::process::Command;
+use std::time::Duration;
 
-use common::{Server, error, field, pairs, run, run_to_exit};
+use common::binary::{Server, run_to_exit, wait_until};
+use common::client::{error, field, pairs, run, status};
 use redis::Value;
 
 const PASSWORD: &str = "s3cret pass";
 
 fn with_password() -> Server {
     Server::start_with(&["--requirepass", PASSWORD])
-}
-
-fn status(text: &str) -> Value {
-    Value::SimpleString(text.to_owned())
 }
 
 #[test]
@@ -128,7 +126,7 @@ fn clients_authenticate_from_the_url_in_both_protocols() {
             .unwrap()
             .get_connection()
             .unwrap_or_else(|e| panic!("{url}: {e}"));
-        let token = common::acquire(&mut con, &format!("run-{url}"), "w", 0.0);
+        let token = common::client::acquire(&mut con, &format!("run-{url}"), "w", 0.0);
         assert!(token.is_some(), "{url}");
     }
     let wrong = format!("redis://:nope@127.0.0.1:{}/", server.port);
@@ -207,8 +205,8 @@ fn protected_mode_refuses_open_addresses_without_a_password() {
         assert_eq!(
             mode,
             Value::Array(vec![
-                common::bulk_value("protected-mode"),
-                common::bulk_value(expected)
+                common::client::bulk_value("protected-mode"),
+                common::client::bulk_value(expected)
             ])
         );
     }
@@ -223,17 +221,19 @@ fn maxclients_refuses_one_more_and_the_others_go_on() {
     assert_eq!(run(&mut second, &["PING"]), status("PONG"));
 
     let mut third = server.raw();
-    let refused = common::read_to_close(&mut third);
+    let refused = common::raw::read_to_close(&mut third);
     assert_eq!(refused, b"-ERR max number of clients reached\r\n");
     // The two connected clients are served as before.
-    assert_eq!(common::acquire(&mut first, "run", "w", 0.0), Some(1));
-    let lease = common::lease_reply(&run(&mut second, &["LEASE.GET", "run", "0"]));
+    assert_eq!(
+        common::client::acquire(&mut first, "run", "w", 0.0),
+        Some(1)
+    );
+    let lease = common::client::lease_reply(&run(&mut second, &["LEASE.GET", "run", "0"]));
     assert_eq!(lease.fencing_token, 1);
 
     // Once a client leaves, there is room again.
     drop(second);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
+    let pong = wait_until(Duration::from_secs(10), || {
         let client = redis::Client::open(server.url()).unwrap();
         // Refused while the server has not yet seen the other leave. The
         // crate takes the refusal as the reply to its CLIENT SETINFO, which
@@ -241,16 +241,9 @@ fn maxclients_refuses_one_more_and_the_others_go_on() {
         let pong = client
             .get_connection()
             .and_then(|mut con| redis::cmd("PING").query::<Value>(&mut con));
-        if let Ok(pong) = pong {
-            assert_eq!(pong, status("PONG"));
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no room after a client left"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+        pong.map_err(|error| format!("no room after a client left: {error}"))
+    });
+    assert_eq!(pong, status("PONG"));
 }
 
 #[test]
@@ -269,29 +262,29 @@ fn unauthenticated_clients_get_redis_smaller_request_limits() {
         let mut s = server.raw();
         s.write_all(header).unwrap();
         assert_eq!(
-            common::show(&common::read_to_close(&mut s)),
-            common::show(reply)
+            common::raw::show(&common::raw::read_to_close(&mut s)),
+            common::raw::show(reply)
         );
     }
     // In one write: a refused PING, AUTH, then an argument far over the
     // unauthenticated limit, which AUTH has lifted by the time it is read.
     let big = vec![b'b'; 100_000];
-    let mut stream = common::resp(&[b"PING"]);
-    stream.extend(common::resp(&[b"AUTH", PASSWORD.as_bytes()]));
-    stream.extend(common::resp(&[b"ECHO", &big]));
+    let mut stream = common::raw::resp(&[b"PING"]);
+    stream.extend(common::raw::resp(&[b"AUTH", PASSWORD.as_bytes()]));
+    stream.extend(common::raw::resp(&[b"ECHO", &big]));
     let mut expected = b"-NOAUTH Authentication required.\r\n+OK\r\n$100000\r\n".to_vec();
     expected.extend(&big);
     expected.extend(b"\r\n");
     let mut s = server.raw();
-    let got = common::exchange(&mut s, &stream, expected.len());
+    let got = common::raw::exchange(&mut s, &stream, expected.len());
     assert!(
         got == expected,
         "{}",
-        common::show(&got[..got.len().min(80)])
+        common::raw::show(&got[..got.len().min(80)])
     );
     // Without requirepass there is no such limit.
     let open = Server::start();
     let mut s = open.raw();
-    let got = common::exchange(&mut s, &common::resp(&[b"ECHO", &big]), 100_011);
+    let got = common::raw::exchange(&mut s, &common::raw::resp(&[b"ECHO", &big]), 100_011);
     assert_eq!(got.len(), 100_011);
 }

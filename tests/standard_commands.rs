@@ -4,17 +4,9 @@ mod common;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use common::{Server, bulk_value, error, field, pairs, run};
+use common::binary::Server;
+use common::client::{bulk_value, error, field, pairs, run, text};
 use redis::Value;
-
-fn text(value: Value) -> String {
-    match value {
-        Value::BulkString(bytes) => String::from_utf8(bytes).unwrap(),
-        Value::VerbatimString { text, .. } => text,
-        Value::SimpleString(text) => text,
-        other => panic!("not text: {other:?}"),
-    }
-}
 
 #[test]
 fn ping_echo_select_time() {
@@ -39,8 +31,8 @@ fn ping_echo_select_time() {
     let Value::Array(time) = run(&mut con, &["TIME"]) else {
         panic!("TIME is an array")
     };
-    let seconds: u64 = text(time[0].clone()).parse().unwrap();
-    let micros: u64 = text(time[1].clone()).parse().unwrap();
+    let seconds: u64 = text(&time[0]).parse().unwrap();
+    let micros: u64 = text(&time[1]).parse().unwrap();
     let wall = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -143,7 +135,7 @@ fn client_subcommands() {
     let Value::Int(id) = run(&mut con, &["CLIENT", "ID"]) else {
         panic!("CLIENT ID is an integer")
     };
-    let info = text(run(&mut con, &["CLIENT", "INFO"]));
+    let info = text(&run(&mut con, &["CLIENT", "INFO"]));
     assert!(
         info.starts_with(&format!("id={id} addr=127.0.0.1:")),
         "{info}"
@@ -159,14 +151,14 @@ fn client_subcommands() {
     }
     assert!(info.ends_with('\n'));
 
-    let list = text(run(&mut other, &["CLIENT", "LIST"]));
+    let list = text(&run(&mut other, &["CLIENT", "LIST"]));
     assert_eq!(list.lines().count(), 2, "{list}");
     assert!(list.contains("name=worker-7"), "{list}");
-    let only = text(run(&mut other, &["CLIENT", "LIST", "ID", &id.to_string()]));
+    let only = text(&run(&mut other, &["CLIENT", "LIST", "ID", &id.to_string()]));
     assert_eq!(only.lines().count(), 1);
     assert!(only.starts_with(&format!("id={id} ")));
     assert_eq!(
-        text(run(&mut other, &["CLIENT", "LIST", "TYPE", "pubsub"])),
+        text(&run(&mut other, &["CLIENT", "LIST", "TYPE", "pubsub"])),
         ""
     );
     assert_eq!(
@@ -180,7 +172,7 @@ fn client_subcommands() {
 fn the_redis_crate_reports_itself_on_connect() {
     let server = Server::start();
     let mut con = server.connect_resp3();
-    let info = text(run(&mut con, &["CLIENT", "INFO"]));
+    let info = text(&run(&mut con, &["CLIENT", "INFO"]));
     assert!(info.contains("lib-name=redis-rs"), "{info}");
     assert!(info.contains("resp=3"), "{info}");
 }
@@ -299,7 +291,7 @@ fn info_sections_in_redis_format() {
         .arg(0)
         .query(&mut con)
         .unwrap();
-    let everything = text(run(&mut con, &["INFO"]));
+    let everything = text(&run(&mut con, &["INFO"]));
     for header in [
         "# Server",
         "# Clients",
@@ -316,14 +308,14 @@ fn info_sections_in_redis_format() {
     {
         assert!(line.contains(':'), "field:value line {line:?}");
     }
-    let leases = text(run(&mut con, &["INFO", "LEASES"]));
+    let leases = text(&run(&mut con, &["INFO", "LEASES"]));
     assert!(leases.starts_with("# Leases\r\n"), "{leases}");
     assert!(leases.contains("leases:1\r\n"), "{leases}");
     assert!(leases.contains("last_fencing_token:1\r\n"), "{leases}");
     assert!(!leases.contains("# Server"));
-    let two = text(run(&mut con, &["INFO", "server", "clients"]));
+    let two = text(&run(&mut con, &["INFO", "server", "clients"]));
     assert!(two.contains("redis_mode:standalone") && two.contains("connected_clients:1"));
-    assert_eq!(text(run(&mut con, &["INFO", "nosuchsection"])), "");
+    assert_eq!(text(&run(&mut con, &["INFO", "nosuchsection"])), "");
     assert_eq!(run(&mut con, &["DBSIZE"]), Value::Int(1));
     // RESP3 carries INFO as a verbatim string, as Redis does.
     let mut resp3 = server.connect_resp3();

@@ -7,7 +7,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{Server, acquire, run_to_exit};
+use common::binary::{Server, run_to_exit};
+use common::client::{acquire, bulk_value, field, pairs};
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -18,14 +19,6 @@ fn temp() -> tempfile::TempDir {
 fn write_file(path: &Path, text: &str) -> PathBuf {
     std::fs::write(path, text).expect("write file");
     path.to_path_buf()
-}
-
-fn config_get(con: &mut redis::Connection, name: &str) -> Vec<String> {
-    redis::cmd("CONFIG")
-        .arg("GET")
-        .arg(name)
-        .query(con)
-        .expect("CONFIG GET")
 }
 
 /// Runs leased with `args` (plus a data directory of its own), expecting
@@ -83,7 +76,7 @@ fn port_zero_with_several_addresses_uses_one_port() {
 fn the_config_file_is_honoured_and_the_command_line_overrides_it() {
     let temp = temp();
     let dir = temp.path().join("data from file");
-    let port = common::free_port();
+    let port = common::binary::free_port();
     let file = write_file(
         &temp.path().join("leased.conf"),
         &format!(
@@ -97,45 +90,26 @@ fn the_config_file_is_honoured_and_the_command_line_overrides_it() {
         ),
     );
 
-    let mut command = Command::new(common::BINARY);
+    let mut command = Command::new(common::binary::BINARY);
     command.arg(&file);
     let mut server = Server::spawn(command, &dir).expect("starts with the file");
     assert_eq!(server.port, port, "the port comes from the file");
     assert!(dir.is_dir(), "the dir comes from the file");
-    let mut con = server.connect();
-    let lease: redis::Value = redis::cmd("LEASE.ACQUIRE")
-        .arg("run")
-        .arg("w")
-        .arg(0)
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(
-        common::lease_field(&lease, "expires_at"),
-        Some(&redis::Value::BulkString(b"2.5".to_vec()))
-    );
-    assert_eq!(config_get(&mut con, "lease-ttl"), ["lease-ttl", "2.5"]);
-    assert_eq!(
-        config_get(&mut con, "port"),
-        ["port".to_string(), port.to_string()]
-    );
+    let mut con = server.typed();
+    let lease = pairs(con.run(&["LEASE.ACQUIRE", "run", "w", "0"]));
+    assert_eq!(field(&lease, "expires_at"), bulk_value("2.5"));
+    assert_eq!(con.config_get("lease-ttl"), "2.5");
+    assert_eq!(con.config_get("port"), port.to_string());
     server.stop();
 
-    let mut command = Command::new(common::BINARY);
+    let mut command = Command::new(common::binary::BINARY);
     command.arg(&file).args(["--lease-ttl", "7"]);
     let server = Server::spawn(command, &dir).expect("starts with the file and a flag");
-    let mut con = server.connect();
+    let mut con = server.typed();
     // A new run: the first one's lease survived the restart in the log.
-    let lease: redis::Value = redis::cmd("LEASE.ACQUIRE")
-        .arg("run-2")
-        .arg("w")
-        .arg(0)
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(
-        common::lease_field(&lease, "expires_at"),
-        Some(&redis::Value::BulkString(b"7".to_vec()))
-    );
-    assert_eq!(config_get(&mut con, "lease-ttl"), ["lease-ttl", "7"]);
+    let lease = pairs(con.run(&["LEASE.ACQUIRE", "run-2", "w", "0"]));
+    assert_eq!(field(&lease, "expires_at"), bulk_value("7"));
+    assert_eq!(con.config_get("lease-ttl"), "7");
 }
 
 #[test]
@@ -247,13 +221,14 @@ fn help_lists_every_directive() {
     // Every documented directive is one the server knows.
     let temp = temp();
     let conf = Path::new(env!("CARGO_MANIFEST_DIR")).join("conf/leased.conf");
-    let mut command = Command::new(common::BINARY);
+    let mut command = Command::new(common::binary::BINARY);
     let dir = temp.path().join("data");
     command.arg(&conf).args(["--port", "0", "--dir"]).arg(&dir);
     let server = Server::spawn(command, &dir).expect("starts with conf/leased.conf");
-    let mut con = server.connect();
+    let mut con = server.typed();
     for directive in &directives {
-        assert_eq!(config_get(&mut con, directive)[0], *directive);
+        // Answered with the directive's name and its value.
+        con.config_get(directive);
     }
 }
 
@@ -295,7 +270,7 @@ fn a_dir_that_cannot_be_created_stops_the_start() {
 fn unprivileged_leased(probe_dir: &Path) -> Option<Vec<&'static str>> {
     let probe = probe_dir.join("probe");
     if std::fs::write(&probe, "x").is_err() {
-        return Some(vec![common::BINARY]);
+        return Some(vec![common::binary::BINARY]);
     }
     std::fs::remove_file(&probe).unwrap();
     let setpriv = vec![
@@ -303,7 +278,7 @@ fn unprivileged_leased(probe_dir: &Path) -> Option<Vec<&'static str>> {
         "--reuid=65534",
         "--regid=65534",
         "--clear-groups",
-        common::BINARY,
+        common::binary::BINARY,
     ];
     let works = Command::new(setpriv[0])
         .args(&setpriv[1..])
@@ -342,7 +317,7 @@ fn a_dir_that_cannot_be_written_stops_the_start() {
             .args(&leased[1..])
             .args(["--port", "0", "--dir"])
             .arg(dir);
-        let exited = common::run_command_to_exit(command);
+        let exited = common::binary::run_command_to_exit(command);
         let output = exited.output();
         let dir = dir.to_str().unwrap();
         assert!(!exited.status.success(), "--dir {dir}: {output}");
@@ -413,7 +388,7 @@ fn the_start_up_log_names_version_and_dir_and_warns_about_leases() {
 fn a_relative_dir_is_logged_as_an_absolute_path() {
     let temp = temp();
     let cwd = temp.path().canonicalize().unwrap();
-    let mut command = Command::new(common::BINARY);
+    let mut command = Command::new(common::binary::BINARY);
     command
         .current_dir(&cwd)
         .args(["--port", "0", "--dir", "relative/data"]);
@@ -432,17 +407,17 @@ fn a_relative_dir_is_logged_as_an_absolute_path() {
 fn serve_at_loglevel(level: &str) -> String {
     let temp = temp();
     let dir = temp.path().join("data");
-    let port = common::free_port();
-    let mut command = Command::new(common::BINARY);
+    let port = common::binary::free_port();
+    let mut command = Command::new(common::binary::BINARY);
     command
         .args(["--port", &port.to_string(), "--loglevel", level])
         // Without the log there is a warning to see.
         .args(["--appendonly", "no", "--dir"])
         .arg(&dir);
     let mut server = Server::spawn_on_port(command, &dir, port).expect("starts");
-    let mut con = server.connect();
+    let mut con = server.typed();
     assert_eq!(acquire(&mut con, "run", "w", 0.0), Some(1));
-    assert_eq!(config_get(&mut con, "loglevel"), ["loglevel", level]);
+    assert_eq!(con.config_get("loglevel"), level);
     drop(con);
     server.stop();
     server.log()

@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use common::{Server, free_port, run, run_to_exit};
+use common::binary::{Server, free_port, run_to_exit, wait_until};
+use common::client::{run, status};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose,
@@ -215,23 +216,25 @@ impl TlsServer {
     }
 }
 
-fn status(text: &str) -> Value {
-    Value::SimpleString(text.to_owned())
-}
-
 #[test]
 fn redis_crate_pings_and_acquires_over_tls() {
     let tls = TlsServer::start(&[]);
     let mut con = tls.connect();
     assert_eq!(run(&mut con, &["PING"]), status("PONG"));
-    assert_eq!(common::acquire(&mut con, "run-1", "worker-a", 0.0), Some(1));
-    assert_eq!(common::acquire(&mut con, "run-1", "worker-b", 1.0), None);
-    let lease = common::lease_reply(&run(&mut con, &["LEASE.GET", "run-1", "2"]));
+    assert_eq!(
+        common::client::acquire(&mut con, "run-1", "worker-a", 0.0),
+        Some(1)
+    );
+    assert_eq!(
+        common::client::acquire(&mut con, "run-1", "worker-b", 1.0),
+        None
+    );
+    let lease = common::client::lease_reply(&run(&mut con, &["LEASE.GET", "run-1", "2"]));
     assert_eq!(lease.worker_id, b"worker-a");
     assert_eq!(lease.fencing_token, 1);
     let port = tls.tls_port.to_string();
     assert_eq!(
-        common::pairs(run(&mut con, &["CONFIG", "GET", "tls-*"])),
+        common::client::pairs(run(&mut con, &["CONFIG", "GET", "tls-*"])),
         [
             ("tls-port", port.as_str()),
             ("tls-cert-file", arg(&tls.pki.server_cert)),
@@ -239,7 +242,7 @@ fn redis_crate_pings_and_acquires_over_tls() {
             ("tls-ca-cert-file", arg(&tls.pki.ca)),
             ("tls-auth-clients", "yes"),
         ]
-        .map(|(k, v)| (common::bulk_value(k), common::bulk_value(v)))
+        .map(|(k, v)| (common::client::bulk_value(k), common::client::bulk_value(v)))
     );
     // The readiness line names the TLS address too, marked as such.
     let log = tls.server.log();
@@ -263,9 +266,9 @@ fn resp3_over_tls() {
     let mut con = client.get_connection().unwrap();
     let lease = run(&mut con, &["LEASE.ACQUIRE", "run", "w", "0"]);
     assert!(matches!(lease, Value::Map(_)), "{lease:?}");
-    assert_eq!(common::lease_reply(&lease).fencing_token, 1);
-    let hello = common::pairs(run(&mut con, &["HELLO"]));
-    assert_eq!(common::field(&hello, "proto"), Value::Int(3));
+    assert_eq!(common::client::lease_reply(&lease).fencing_token, 1);
+    let hello = common::client::pairs(run(&mut con, &["HELLO"]));
+    assert_eq!(common::client::field(&hello, "proto"), Value::Int(3));
 }
 
 #[test]
@@ -337,11 +340,17 @@ fn plain_and_tls_ports_serve_at_once() {
     let tls = TlsServer::start(&[]);
     let mut plain = tls.server.connect();
     let mut secure = tls.connect();
-    assert_eq!(common::acquire(&mut plain, "run", "plain", 0.0), Some(1));
-    let lease = common::lease_reply(&run(&mut secure, &["LEASE.GET", "run", "1"]));
+    assert_eq!(
+        common::client::acquire(&mut plain, "run", "plain", 0.0),
+        Some(1)
+    );
+    let lease = common::client::lease_reply(&run(&mut secure, &["LEASE.GET", "run", "1"]));
     assert_eq!(lease.worker_id, b"plain");
-    assert_eq!(common::acquire(&mut secure, "run2", "secure", 0.0), Some(2));
-    let lease = common::lease_reply(&run(&mut plain, &["LEASE.GET", "run2", "1"]));
+    assert_eq!(
+        common::client::acquire(&mut secure, "run2", "secure", 0.0),
+        Some(2)
+    );
+    let lease = common::client::lease_reply(&run(&mut plain, &["LEASE.GET", "run2", "1"]));
     assert_eq!(lease.worker_id, b"secure");
 
     // Both show in CLIENT LIST, each with its own file descriptor and
@@ -437,7 +446,7 @@ fn requirepass_over_tls() {
     let tls = TlsServer::start(&["--requirepass", "s3cret"]);
     let mut con = tls.connect();
     assert_eq!(
-        common::error(&mut con, &["PING"]),
+        common::client::error(&mut con, &["PING"]),
         "NOAUTH Authentication required."
     );
     assert_eq!(run(&mut con, &["AUTH", "s3cret"]), Value::Okay);
@@ -449,7 +458,7 @@ fn requirepass_over_tls() {
             .get_connection()
             .unwrap();
         assert!(
-            common::acquire(&mut con, query, "w", 0.0).is_some(),
+            common::client::acquire(&mut con, query, "w", 0.0).is_some(),
             "{url}"
         );
     }
@@ -463,15 +472,14 @@ fn tls_clients_count_toward_maxclients() {
     let refused = tls.ping(Some(tls.client_cert()));
     assert!(refused.is_err(), "{refused:?}");
     let mut plain = tls.server.raw();
-    let reply = common::read_to_close(&mut plain);
+    let reply = common::raw::read_to_close(&mut plain);
     assert_eq!(reply, b"-ERR max number of clients reached\r\n");
     drop(first);
     // Once the first has gone, a new one gets in.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while tls.ping(Some(tls.client_cert())).is_err() {
-        assert!(std::time::Instant::now() < deadline, "never let in");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(Duration::from_secs(10), || {
+        let ping = tls.ping(Some(tls.client_cert()));
+        ping.map_err(|error| format!("never let in: {error:?}"))
+    });
 }
 
 /// A TLS client turned away by `maxclients` reads why: the error comes
@@ -512,7 +520,7 @@ fn silent_and_plaintext_clients_do_not_hold_up_tls_clients() {
     // Plaintext RESP where a ClientHello should be: dropped at once.
     let mut garbage = connect();
     garbage
-        .write_all(&common::resp(&[b"PING"]))
+        .write_all(&common::raw::resp(&[b"PING"]))
         .expect("write plaintext");
     let mut reply = Vec::new();
     let _ = garbage.read_to_end(&mut reply);

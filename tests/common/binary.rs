@@ -18,12 +18,16 @@ pub const BINARY: &str = env!("CARGO_BIN_EXE_leased");
 pub struct Server {
     child: Child,
     pub port: u16,
+    #[allow(dead_code)]
     pub dir: PathBuf,
     log: Arc<Mutex<String>>,
+    /// The threads copying its output into `log`; they end when it exits.
+    readers: Vec<std::thread::JoinHandle<()>>,
     /// Keeps the temporary data directory alive, when the test made none.
     _temp: Option<tempfile::TempDir>,
 }
 
+#[allow(dead_code)]
 impl Server {
     /// A server with a fresh data directory and default settings.
     pub fn start() -> Server {
@@ -52,7 +56,9 @@ impl Server {
         Server::spawn(command, dir)
     }
 
-    /// Spawns `command` (which must start leased) and waits for readiness.
+    /// Spawns `command` (which must start leased) and waits for readiness:
+    /// woken by the readiness line, and every 20 ms to see whether the
+    /// process exited instead.
     pub fn spawn(command: Command, dir: &Path) -> Result<Server, String> {
         let (ready_tx, ready_rx) = mpsc::channel();
         Server::spawn_until(command, dir, Some(ready_tx), "ready", || {
@@ -62,10 +68,11 @@ impl Server {
 
     /// Spawns `command` (which must start leased listening on `port`) and
     /// waits until `port` accepts connections, for servers whose log level
-    /// hides the readiness line. Returns the output if it exits first.
+    /// hides the readiness line. Returns the output if it exits first. A
+    /// bounded poll, every 5 ms: nothing else says the port is open.
     pub fn spawn_on_port(command: Command, dir: &Path, port: u16) -> Result<Server, String> {
         Server::spawn_until(command, dir, None, "listening", || {
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(5));
             TcpStream::connect(("127.0.0.1", port)).ok().map(|_| port)
         })
     }
@@ -85,8 +92,10 @@ impl Server {
             .spawn()
             .expect("spawn leased");
         let log = Arc::new(Mutex::new(String::new()));
-        collect_output(child.stdout.take().unwrap(), log.clone(), ready_line);
-        collect_output(child.stderr.take().unwrap(), log.clone(), None);
+        let readers = vec![
+            collect_output(child.stdout.take().unwrap(), log.clone(), ready_line),
+            collect_output(child.stderr.take().unwrap(), log.clone(), None),
+        ];
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(port) = ready() {
@@ -95,11 +104,12 @@ impl Server {
                     port,
                     dir: dir.to_path_buf(),
                     log,
+                    readers,
                     _temp: None,
                 });
             }
             if let Ok(Some(status)) = child.try_wait() {
-                std::thread::sleep(Duration::from_millis(100));
+                join_all(readers);
                 let output = log.lock().unwrap().clone();
                 return Err(format!(
                     "leased exited with {status} before {waiting_for}:\n{output}"
@@ -144,6 +154,11 @@ impl Server {
         Client::new(self.connect())
     }
 
+    /// The typed client over a blocking RESP3 connection.
+    pub fn typed_resp3(&self) -> Client {
+        Client::new(self.connect_resp3())
+    }
+
     /// A raw TCP socket to the server.
     pub fn raw(&self) -> TcpStream {
         let stream = TcpStream::connect(("127.0.0.1", self.port)).expect("tcp connect");
@@ -172,21 +187,16 @@ impl Server {
         assert!(status.success(), "kill -{signal} failed");
     }
 
-    /// Waits for the server to exit, at most `timeout`.
+    /// Waits for the server to exit, at most `timeout`, and for its last
+    /// lines of output.
     pub fn wait(&mut self, timeout: Duration) -> ExitStatus {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                // Let the output threads catch the last lines.
-                std::thread::sleep(Duration::from_millis(50));
-                return status;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                panic!("leased did not exit within {timeout:?}:\n{}", self.log());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let Some(status) = wait_for_exit(&mut self.child, timeout) else {
+            let _ = self.child.kill();
+            panic!("leased did not exit within {timeout:?}:\n{}", self.log());
+        };
+        // The output threads end at the end of the pipes: every line is in.
+        join_all(std::mem::take(&mut self.readers));
+        status
     }
 
     /// kill -9, and wait for the process to be gone.
@@ -259,11 +269,13 @@ pub fn log_message(line: &str) -> String {
 /// How a run of leased that was expected to end by itself ended.
 #[derive(Debug)]
 pub struct Exited {
+    #[allow(dead_code)]
     pub status: ExitStatus,
     pub stdout: String,
     pub stderr: String,
 }
 
+#[allow(dead_code)]
 impl Exited {
     /// Standard output and standard error together, for messages.
     pub fn output(&self) -> String {
@@ -274,6 +286,7 @@ impl Exited {
 /// Runs leased with `args` until it exits by itself. Panics, after killing
 /// it, if it is still running after 20 s (for example because it started
 /// serving when it should have refused to).
+#[allow(dead_code)]
 pub fn run_to_exit(args: &[&str]) -> Exited {
     let mut command = Command::new(BINARY);
     command.args(args);
@@ -281,6 +294,7 @@ pub fn run_to_exit(args: &[&str]) -> Exited {
 }
 
 /// [`run_to_exit`] for a prepared command (to set a working directory).
+#[allow(dead_code)]
 pub fn run_command_to_exit(mut command: Command) -> Exited {
     let mut child = command
         .stdin(Stdio::null())
@@ -294,26 +308,17 @@ pub fn run_command_to_exit(mut command: Command) -> Exited {
         collect_output(child.stdout.take().unwrap(), stdout.clone(), None),
         collect_output(child.stderr.take().unwrap(), stderr.clone(), None),
     ];
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "leased {:?} was still running after 20s:\n{}{}",
-                command.get_args().collect::<Vec<_>>(),
-                stdout.lock().unwrap(),
-                stderr.lock().unwrap()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    let Some(status) = wait_for_exit(&mut child, Duration::from_secs(20)) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "leased {:?} was still running after 20s:\n{}{}",
+            command.get_args().collect::<Vec<_>>(),
+            stdout.lock().unwrap(),
+            stderr.lock().unwrap()
+        );
     };
-    for reader in readers {
-        reader.join().expect("output reader");
-    }
+    join_all(readers.into());
     let stdout = stdout.lock().unwrap().clone();
     let stderr = stderr.lock().unwrap().clone();
     Exited {
@@ -323,8 +328,56 @@ pub fn run_command_to_exit(mut command: Command) -> Exited {
     }
 }
 
+/// A data directory in a new temporary directory, for servers started on
+/// it one after another; it is removed when the `TempDir` is dropped.
+#[allow(dead_code)]
+pub fn data_dir() -> (tempfile::TempDir, PathBuf) {
+    let temp = tempfile::tempdir().expect("temp dir");
+    let dir = temp.path().join("data");
+    (temp, dir)
+}
+
+/// Polls `ready` every 5 ms until it gives a value, for what a spawned
+/// server does that no reply announces (a background step finished, a
+/// closed connection noticed, a line logged); `Err` says what it sees
+/// instead, for the failure after `patience`.
+#[allow(dead_code)]
+pub fn wait_until<T>(patience: Duration, mut ready: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + patience;
+    loop {
+        match ready() {
+            Ok(value) => return value,
+            Err(seen) => assert!(Instant::now() < deadline, "after {patience:?}: {seen}"),
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Waits up to `timeout` for `child` to exit. A bounded poll: nothing
+/// wakes a thread when a child exits, so it looks every 2 ms.
+fn wait_for_exit(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Waits for output threads to reach the end of their pipes.
+fn join_all(readers: Vec<std::thread::JoinHandle<()>>) {
+    for reader in readers {
+        reader.join().expect("output reader");
+    }
+}
+
 /// A port that was free a moment ago (bound and released at once), for
 /// tests that must choose the port themselves.
+#[allow(dead_code)]
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())

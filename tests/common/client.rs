@@ -12,6 +12,8 @@ use std::collections::HashMap;
 
 use redis::{Cmd, Value};
 
+use super::inprocess::at_one_instant;
+
 /// A lease as the lease commands answer with it, in RESP2 (a flat array,
 /// `expires_at` a bulk string) or RESP3 (a map, `expires_at` a double).
 #[derive(Clone, Debug, PartialEq)]
@@ -25,8 +27,16 @@ pub struct Lease {
     pub expired: Option<i64>,
 }
 
-/// The name the tests used before the typed client.
-pub type LeaseReply = Lease;
+#[allow(dead_code)]
+impl Lease {
+    /// This lease as `LEASE.GET` shows it, with `expired` 1 or 0.
+    pub fn with_expired(&self, expired: bool) -> Lease {
+        Lease {
+            expired: Some(i64::from(expired)),
+            ..self.clone()
+        }
+    }
+}
 
 // ---------------------------------------------------------------------
 // Commands
@@ -82,7 +92,7 @@ pub fn release_cmd(lease_id: &[u8], token: i64) -> Cmd {
 }
 
 /// `LEASE.GET run [now]`.
-pub fn get_cmd(run: &str, now: Option<f64>) -> Cmd {
+pub fn get_cmd(run: &[u8], now: Option<f64>) -> Cmd {
     let mut cmd = redis::cmd("LEASE.GET");
     cmd.arg(run);
     if let Some(now) = now {
@@ -151,14 +161,26 @@ pub fn lease_reply(value: &Value) -> Lease {
             .unwrap_or_else(|| panic!("expires_at is not a number: {text:?}")),
         (_, other) => panic!("expires_at of the wrong type: {other:?}"),
     };
-    Lease {
+    let lease = Lease {
         run_id: bulk(pairs[0].1),
         worker_id: bulk(pairs[1].1),
         lease_id: bulk(pairs[2].1),
         fencing_token: int(pairs[3].1),
         expires_at,
         expired: pairs.get(5).map(|(_, v)| int(v)),
-    }
+    };
+    // The lease id is built from the run, the worker and the token.
+    let mut id = [&lease.run_id[..], b":", &lease.worker_id, b":"].concat();
+    id.extend_from_slice(lease.fencing_token.to_string().as_bytes());
+    assert_eq!(lease.lease_id, id, "lease_id in {value:?}");
+    lease
+}
+
+/// A number in INFO's fields.
+#[allow(dead_code)]
+pub fn info_number(info: &HashMap<String, String>, name: &str) -> u64 {
+    (info.get(name).and_then(|value| value.parse().ok()))
+        .unwrap_or_else(|| panic!("no number {name} in {info:?}"))
 }
 
 /// An integer 1 or 0 as a boolean.
@@ -217,9 +239,28 @@ pub fn bulk_value(text: &str) -> Value {
     Value::BulkString(text.as_bytes().to_vec())
 }
 
-/// `CONFIG GET name`'s value.
+/// A reply that is text (a bulk, verbatim or simple string) as a string.
+#[allow(dead_code)]
+pub fn text(value: &Value) -> String {
+    match value {
+        Value::BulkString(bytes) => String::from_utf8(bytes.clone()).expect("UTF-8"),
+        Value::VerbatimString { text, .. } => text.clone(),
+        Value::SimpleString(text) => text.clone(),
+        other => panic!("not text: {other:?}"),
+    }
+}
+
+/// A simple string (status) value, such as `+PONG`.
+pub fn status(text: &str) -> Value {
+    Value::SimpleString(text.to_owned())
+}
+
+/// `CONFIG GET name`'s value, for a name without glob characters: the
+/// reply must be that one pair.
 fn config_value(value: Value, name: &str) -> String {
-    match field(&pairs(value), name) {
+    let pairs = pairs(value);
+    assert_eq!(pairs.len(), 1, "CONFIG GET {name} answered {pairs:?}");
+    match field(&pairs, name) {
         Value::BulkString(bytes) => String::from_utf8(bytes).expect("UTF-8"),
         other => panic!("{name} is {other:?}"),
     }
@@ -239,14 +280,14 @@ pub fn error_line(error: &redis::RedisError) -> String {
 // ---------------------------------------------------------------------
 
 /// Runs a command given as words and returns the raw reply.
-pub fn run(con: &mut redis::Connection, words_: &[&str]) -> Value {
+pub fn run(con: &mut dyn redis::ConnectionLike, words_: &[&str]) -> Value {
     words(words_)
         .query(con)
         .unwrap_or_else(|e| panic!("{words_:?} failed: {e}"))
 }
 
 /// Runs a command that must fail; returns the whole error line.
-pub fn error(con: &mut redis::Connection, words_: &[&str]) -> String {
+pub fn error(con: &mut dyn redis::ConnectionLike, words_: &[&str]) -> String {
     match words(words_).query::<Value>(con) {
         Err(e) => error_line(&e),
         Ok(value) => panic!("{words_:?} should fail, got {value:?}"),
@@ -255,7 +296,13 @@ pub fn error(con: &mut redis::Connection, words_: &[&str]) -> String {
 
 /// `LEASE.ACQUIRE run worker now`: the fencing token, or None when the
 /// run is held.
-pub fn acquire(con: &mut redis::Connection, run: &str, worker: &str, now: f64) -> Option<i64> {
+#[allow(dead_code)]
+pub fn acquire(
+    con: &mut dyn redis::ConnectionLike,
+    run: &str,
+    worker: &str,
+    now: f64,
+) -> Option<i64> {
     let reply: Value = acquire_cmd(run, worker, Some(now), None)
         .query(con)
         .expect("LEASE.ACQUIRE");
@@ -267,6 +314,7 @@ pub struct Client {
     pub con: redis::Connection,
 }
 
+#[allow(dead_code)]
 impl Client {
     pub fn new(con: redis::Connection) -> Client {
         Client { con }
@@ -279,6 +327,11 @@ impl Client {
 
     pub fn run(&mut self, words_: &[&str]) -> Value {
         run(&mut self.con, words_)
+    }
+
+    /// PING, which must answer PONG.
+    pub fn ping(&mut self) {
+        assert_eq!(self.run(&["PING"]), status("PONG"));
     }
 
     pub fn error(&mut self, words_: &[&str]) -> String {
@@ -308,8 +361,9 @@ impl Client {
         flag(&self.query(&release_cmd(&lease.lease_id, lease.fencing_token)))
     }
 
-    pub fn get(&mut self, run: &str, now: Option<f64>) -> Option<Lease> {
-        lease_or_null(&self.query(&get_cmd(run, now)))
+    /// `LEASE.GET`; the run as text or bytes.
+    pub fn get(&mut self, run: impl AsRef<[u8]>, now: Option<f64>) -> Option<Lease> {
+        lease_or_null(&self.query(&get_cmd(run.as_ref(), now)))
     }
 
     pub fn dbsize(&mut self) -> i64 {
@@ -334,17 +388,49 @@ impl Client {
     }
 }
 
+/// The typed client is a connection too: `redis::cmd(..).query(&mut con)`
+/// and pipelines work on it, for what it has no method for.
+impl redis::ConnectionLike for Client {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<Value> {
+        self.con.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisResult<Vec<Value>> {
+        self.con.req_packed_commands(cmd, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.con.get_db()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.con.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        self.con.is_open()
+    }
+}
+
 // ---------------------------------------------------------------------
 // The async client
 // ---------------------------------------------------------------------
 
 /// A typed client over a multiplexed async connection. Its replies have no
-/// timeout, so paused time in the test never fails a command.
+/// timeout, so paused time in the test never fails a command, and each
+/// command is answered at one instant of tokio's clock
+/// ([`at_one_instant`]).
 #[derive(Clone)]
 pub struct AsyncClient {
     pub con: redis::aio::MultiplexedConnection,
 }
 
+#[allow(dead_code)]
 impl AsyncClient {
     /// Connects to `url` (`redis://127.0.0.1:PORT/`, with
     /// `?protocol=resp3` for RESP3).
@@ -353,15 +439,13 @@ impl AsyncClient {
         let config = redis::AsyncConnectionConfig::new()
             .set_response_timeout(None)
             .set_connection_timeout(None);
-        let con = client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .expect("connect");
+        let connected = client.get_multiplexed_async_connection_with_config(&config);
+        let con = at_one_instant(connected).await.expect("connect");
         AsyncClient { con }
     }
 
     async fn query(&mut self, cmd: &Cmd) -> Value {
-        cmd.query_async(&mut self.con)
+        at_one_instant(cmd.query_async(&mut self.con))
             .await
             .unwrap_or_else(|e| panic!("{:?} failed: {e}", cmd.args_iter().collect::<Vec<_>>()))
     }
@@ -370,9 +454,15 @@ impl AsyncClient {
         self.query(&words(words_)).await
     }
 
+    /// PING, which must answer PONG.
+    pub async fn ping(&mut self) {
+        assert_eq!(self.run(&["PING"]).await, status("PONG"));
+    }
+
     /// Runs a command that must fail; returns the whole error line.
     pub async fn error(&mut self, words_: &[&str]) -> String {
-        match words(words_).query_async::<Value>(&mut self.con).await {
+        let cmd = words(words_);
+        match at_one_instant(cmd.query_async::<Value>(&mut self.con)).await {
             Err(e) => error_line(&e),
             Ok(value) => panic!("{words_:?} should fail, got {value:?}"),
         }
@@ -403,8 +493,9 @@ impl AsyncClient {
         flag(&self.query(&cmd).await)
     }
 
-    pub async fn get(&mut self, run: &str, now: Option<f64>) -> Option<Lease> {
-        lease_or_null(&self.query(&get_cmd(run, now)).await)
+    /// `LEASE.GET`; the run as text or bytes.
+    pub async fn get(&mut self, run: impl AsRef<[u8]>, now: Option<f64>) -> Option<Lease> {
+        lease_or_null(&self.query(&get_cmd(run.as_ref(), now)).await)
     }
 
     pub async fn dbsize(&mut self) -> i64 {
@@ -421,10 +512,8 @@ impl AsyncClient {
 
     /// `CONFIG SET`: `Err` with the error line when it is refused.
     pub async fn config_set(&mut self, pairs: &[(&str, &str)]) -> Result<(), String> {
-        match config_set_cmd(pairs)
-            .query_async::<Value>(&mut self.con)
-            .await
-        {
+        let cmd = config_set_cmd(pairs);
+        match at_one_instant(cmd.query_async::<Value>(&mut self.con)).await {
             Ok(Value::Okay) => Ok(()),
             Ok(other) => panic!("CONFIG SET answered {other:?}"),
             Err(error) => Err(error_line(&error)),

@@ -6,11 +6,13 @@ use std::net::TcpStream;
 
 /// Sends raw bytes and reads until `expected` bytes have arrived (or the
 /// read times out), returning what came back.
+#[allow(dead_code)]
 pub fn exchange(stream: &mut TcpStream, request: &[u8], expected: usize) -> Vec<u8> {
     stream.write_all(request).unwrap();
     read_at_least(stream, expected)
 }
 
+#[allow(dead_code)]
 pub fn read_at_least(stream: &mut TcpStream, expected: usize) -> Vec<u8> {
     let mut reply = Vec::new();
     let mut chunk = [0u8; 65536];
@@ -25,6 +27,7 @@ pub fn read_at_least(stream: &mut TcpStream, expected: usize) -> Vec<u8> {
 }
 
 /// A request in RESP multibulk form.
+#[allow(dead_code)]
 pub fn resp(args: &[&[u8]]) -> Vec<u8> {
     let mut out = format!("*{}\r\n", args.len()).into_bytes();
     for arg in args {
@@ -38,6 +41,7 @@ pub fn resp(args: &[&[u8]]) -> Vec<u8> {
 /// Reads one complete RESP2 or RESP3 reply and returns its bytes exactly as
 /// they arrived. Fails on end of stream, a timeout, or bytes that do not
 /// frame as a reply.
+#[allow(dead_code)]
 pub fn read_frame(reader: &mut impl BufRead) -> std::io::Result<Vec<u8>> {
     let mut frame = Vec::new();
     read_frame_into(reader, &mut frame)?;
@@ -97,6 +101,7 @@ fn read_frame_into(reader: &mut impl BufRead, frame: &mut Vec<u8>) -> std::io::R
 
 /// Reads until the server closes the connection, failing if it has not
 /// within the socket's read timeout.
+#[allow(dead_code)]
 pub fn read_to_close(stream: &mut TcpStream) -> Vec<u8> {
     let mut all = Vec::new();
     match stream.read_to_end(&mut all) {
@@ -109,6 +114,7 @@ pub fn read_to_close(stream: &mut TcpStream) -> Vec<u8> {
 }
 
 /// Bytes shown readably in assertion messages.
+#[allow(dead_code)]
 pub fn show(bytes: &[u8]) -> String {
     bytes.escape_ascii().to_string()
 }
