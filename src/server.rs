@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
@@ -113,13 +113,28 @@ async fn bind_all(
     let mut port = port;
     for address in &config.bind {
         let addr = SocketAddr::new(*address, port);
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|error| ServeError::Bind { kind, addr, error })?;
+        let listener = listen(addr, config.tcp_backlog).map_err(|error| ServeError::Bind {
+            kind,
+            addr,
+            error,
+        })?;
         port = listener.local_addr().map_or(port, |a| a.port());
         listeners.push(listener);
     }
     Ok(listeners)
+}
+
+/// A listener on `addr` with a queue of `backlog` connections
+/// (`tcp-backlog`; tokio's own `bind` asks for 128).
+fn listen(addr: SocketAddr, backlog: u32) -> io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => TcpSocket::new_v6()?,
+    };
+    // As `TcpListener::bind` does: a restarted server listens again at once.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(backlog)
 }
 
 /// Protected mode: a server without a password listens only where nobody

@@ -442,3 +442,31 @@ fn loglevel_nothing_serves_silently() {
     let log = serve_at_loglevel("nothing");
     assert_eq!(log, "", "output at loglevel nothing");
 }
+
+/// The listen queue the kernel reports for a listening port, as `ss`
+/// prints it (the Send-Q column of a listening socket).
+fn listen_queue(port: u16) -> u32 {
+    let output = Command::new("ss")
+        .args(["-Hltn", &format!("sport = :{port}")])
+        .output()
+        .expect("ss (Debian: iproute2)");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let columns: Vec<&str> = text.split_whitespace().collect();
+    columns
+        .get(2)
+        .and_then(|queue| queue.parse().ok())
+        .unwrap_or_else(|| panic!("no listening socket on {port}: {text:?}"))
+}
+
+#[test]
+#[ignore = "needs ss (Debian: apt-get install iproute2); run with --include-ignored"]
+fn tcp_backlog_sets_the_listen_queue() {
+    let default = Server::start();
+    let somaxconn: u32 = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(u32::MAX);
+    assert_eq!(listen_queue(default.port), 511.min(somaxconn));
+    let small = Server::start_with(&["--tcp-backlog", "64"]);
+    assert_eq!(listen_queue(small.port), 64);
+}

@@ -129,6 +129,16 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         show: show_bind,
     },
     Directive {
+        name: "tcp-backlog",
+        default: &["511"],
+        value_name: "N",
+        help: "Connections the kernel queues for the server before it accepts them (capped by net.core.somaxconn)",
+        syntax: Syntax::One,
+        flags: IMMUTABLE,
+        set: set_tcp_backlog,
+        show: |c| c.tcp_backlog.to_string(),
+    },
+    Directive {
         name: "metrics-port",
         default: &["0"],
         value_name: "PORT",
@@ -468,6 +478,14 @@ fn set_port(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
     Ok(())
 }
 
+fn set_tcp_backlog(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
+    config.tcp_backlog = expect(
+        integer_in(&args[0], 1..=65535),
+        "an integer from 1 to 65535",
+    )?;
+    Ok(())
+}
+
 fn set_metrics_port(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
     config.metrics_port = expect(integer_in(&args[0], 0..=65535), PORT)?;
     Ok(())
@@ -796,6 +814,7 @@ impl Default for Config {
         let mut config = Config {
             port: 0,
             bind: Vec::new(),
+            tcp_backlog: 0,
             metrics_port: 0,
             dir: PathBuf::new(),
             lease_ttl: 0.0,

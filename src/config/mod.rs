@@ -45,6 +45,9 @@ pub struct Config {
     /// Addresses to listen on, already parsed so the server cannot be
     /// handed a name it would have to resolve or reject.
     pub bind: Vec<IpAddr>,
+    /// The listen queue of each listener, as Redis's `tcp-backlog`: a burst
+    /// of connections beyond it waits for the client to resend its SYN.
+    pub tcp_backlog: u32,
     /// Port of the Prometheus endpoint on every `bind` address; 0: off.
     pub metrics_port: u16,
     /// Data directory: the token ceiling and the lock live here.

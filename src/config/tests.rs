@@ -468,6 +468,7 @@ fn config_get_all_in_table_order() {
     let expected = [
         ("port", "6479"),
         ("bind", "127.0.0.1"),
+        ("tcp-backlog", "511"),
         ("metrics-port", "0"),
         ("dir", "./data"),
         ("lease-ttl", "10"),

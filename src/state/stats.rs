@@ -14,10 +14,10 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::MissedTickBehavior;
+use tokio::time::{Instant, MissedTickBehavior};
 
 use super::Shared;
 use crate::system::{self, Memory};
@@ -60,7 +60,8 @@ impl Stats {
         }
     }
 
-    /// Takes one sample of each rate.
+    /// Takes one sample of each rate, timed on tokio's clock like the
+    /// sampler's ticks (so a server on paused time measures consistently).
     pub fn sample(&self) {
         let now = Instant::now();
         let read = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
