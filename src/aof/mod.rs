@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use load::Recovery;
-pub use log::{Log, LogStatus};
+pub use log::{Commit, Log, LogStatus};
 pub use rewrite::RewriteStep;
 
 pub use crate::config::FsyncPolicy;

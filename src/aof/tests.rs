@@ -30,7 +30,7 @@ fn commit_changes(log: &mut Log, registry: &mut Registry) {
     for change in registry.take_changes() {
         log.append(&change);
     }
-    block_on(log.commit()).unwrap();
+    block_on(log.commit(Commit::Replies)).unwrap();
 }
 
 /// Runs a future of the log to completion: with `always` its fsync

@@ -12,7 +12,7 @@ use tracing::{error, info};
 use super::report::{CommandStats, CoreReport};
 use super::tokens::Tokens;
 use super::{Answer, Batch, CoreAnswer, CoreCommand, Refusal};
-use crate::aof::{Log, RewriteStep, WriteError};
+use crate::aof::{Commit, Log, RewriteStep, WriteError};
 use crate::config::SetError;
 use crate::logging;
 use crate::registry::{Change, Op, Registry};
@@ -129,7 +129,7 @@ impl Core {
         self.stats.record(&op, Some(&outcome));
         self.free_retired();
         self.log_changes();
-        if let Err(error) = self.commit().await {
+        if let Err(error) = self.commit(Commit::Background).await {
             // The removals stay queued in the log and are retried.
             error!("Logging reclaimed leases failed: {error}");
         }
@@ -169,7 +169,7 @@ impl Core {
             }
             answers.push((batch.reply, answer, changed));
         }
-        if let Err(error) = self.commit().await {
+        if let Err(error) = self.commit(Commit::Replies).await {
             for (_, answer, changed) in &mut answers {
                 for &index in changed.iter() {
                     answer.answers[index] = CoreAnswer::Refused(Refusal::Log(error.clone()));
@@ -316,9 +316,9 @@ impl Core {
         leases_changed
     }
 
-    async fn commit(&mut self) -> Result<(), WriteError> {
+    async fn commit(&mut self, commit: Commit) -> Result<(), WriteError> {
         match &mut self.log {
-            Some(log) => log.commit().await,
+            Some(log) => log.commit(commit).await,
             None => Ok(()),
         }
     }
