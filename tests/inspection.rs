@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::binary::Server;
-use common::client::{AsyncClient, error, text};
+use common::client::{AsyncClient, acquire_all_cmd, error, text};
 use common::inprocess::{InProcess, at_one_instant, settle};
 use redis::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
@@ -51,17 +51,10 @@ fn scan_all(
 fn lease_scan_returns_every_lease_held_throughout_exactly_once() {
     let server = Server::start();
     let mut con = server.connect();
-    let mut pipe = redis::pipe();
-    for i in 0..1000 {
-        pipe.cmd("LEASE.ACQUIRE")
-            .arg(format!("stable-{i}"))
-            .arg("w")
-            .arg(0)
-            .arg("TTL")
-            .arg(1e6)
-            .ignore();
-    }
-    pipe.query::<()>(&mut con).unwrap();
+    let runs = (0..1000).map(|i| format!("stable-{i}"));
+    acquire_all_cmd(runs, "w", 0.0, 1e6)
+        .query::<()>(&mut con)
+        .unwrap();
 
     // Churn between calls: leases come and go in freed and new slots.
     let mut churn = server.connect();

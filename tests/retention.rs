@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use common::binary::{Server, data_dir, wait_until};
-use common::client::{AsyncClient, Client, Lease, info_number};
+use common::client::{AsyncClient, Client, Lease, acquire_all_cmd, info_number};
 use common::inprocess::{InProcess, settle};
 use redis::Value;
 use tokio::time::advance;
@@ -172,16 +172,8 @@ fn abandoning_200000_runs_gives_their_memory_back() {
     // are too long to be stored inline, so each lease has a heap block too.
     let mut con = server.typed();
     for start in (0..RUNS).step_by(BATCH) {
-        let mut pipe = redis::pipe();
-        for i in start..start + BATCH {
-            pipe.cmd("LEASE.ACQUIRE")
-                .arg(format!("abandoned-run-{i:06}"))
-                .arg("worker-1")
-                .arg(0)
-                .arg("TTL")
-                .arg(10)
-                .ignore();
-        }
+        let runs = (start..start + BATCH).map(|i| format!("abandoned-run-{i:06}"));
+        let pipe = acquire_all_cmd(runs, "worker-1", 0.0, 10.0);
         let () = pipe.query(&mut con).expect("pipelined LEASE.ACQUIRE");
     }
     assert_eq!(con.dbsize(), RUNS as i64);
@@ -223,17 +215,10 @@ fn reclaims_are_logged_and_stay_gone_after_a_crash_and_a_clean_restart() {
     let args = ["--lease-retention", "5", "--appendfsync", "always"];
     let mut server = Server::start_in(&dir, &args).unwrap_or_else(|e| panic!("{e}"));
     let mut con = server.typed();
-    let mut pipe = redis::pipe();
-    for i in 0..RUNS {
-        pipe.cmd("LEASE.ACQUIRE")
-            .arg(format!("run-{i}"))
-            .arg("w")
-            .arg(0)
-            .arg("TTL")
-            .arg(10)
-            .ignore();
-    }
-    let () = pipe.query(&mut con).expect("pipelined LEASE.ACQUIRE");
+    let runs = (0..RUNS).map(|i| format!("run-{i}"));
+    let () = acquire_all_cmd(runs, "w", 0.0, 10.0)
+        .query(&mut con)
+        .expect("pipelined LEASE.ACQUIRE");
     // Gone to every command at exactly its deadline, before the reclaim
     // (which takes whole seconds) removes it: a lookup changes nothing.
     let looked_up = con.acquire("looked-up", "w", Some(0.5), Some(10.0));

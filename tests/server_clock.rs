@@ -10,7 +10,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::client::Lease;
+use common::client::{Lease, acquire_all_cmd};
 use common::inprocess::{InProcess, at_one_instant, settle};
 use tokio::io::AsyncReadExt;
 use tokio::time::advance;
@@ -131,16 +131,11 @@ async fn leases_past_retention_are_reclaimed_without_another_command() {
     const RUNS: usize = 1_000; // several of the core's steps
     let server = InProcess::start(&["--lease-retention", "5"]).await;
     let mut con = server.client().await;
-    let mut pipe = redis::pipe();
-    for i in 0..RUNS {
-        pipe.cmd("LEASE.ACQUIRE")
-            .arg(format!("run-{i}"))
-            .arg("w")
-            .arg(0)
-            .arg("TTL")
-            .arg(1);
-    }
-    let () = pipe.query_async(&mut con.con).await.unwrap();
+    let runs = (0..RUNS).map(|i| format!("run-{i}"));
+    let () = acquire_all_cmd(runs, "w", 0.0, 1.0)
+        .query_async(&mut con.con)
+        .await
+        .unwrap();
     assert_eq!(con.dbsize().await, RUNS as i64);
     // One command past every deadline: the core takes it from there.
     assert!(con.get("other", Some(100.0)).await.is_none());

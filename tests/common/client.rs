@@ -64,6 +64,23 @@ pub fn acquire_cmd(run: &str, worker: &str, now: Option<f64>, ttl: Option<f64>) 
     cmd
 }
 
+/// One `LEASE.ACQUIRE` per run, all at `now` with `ttl`, in one pipeline
+/// whose replies are dropped: for loading many leases.
+#[allow(dead_code)]
+pub fn acquire_all_cmd(
+    runs: impl IntoIterator<Item = String>,
+    worker: &str,
+    now: f64,
+    ttl: f64,
+) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    for run in runs {
+        pipe.add_command(acquire_cmd(&run, worker, Some(now), Some(ttl)))
+            .ignore();
+    }
+    pipe
+}
+
 /// `LEASE.HEARTBEAT lease_id token [now]`.
 pub fn heartbeat_cmd(lease_id: &[u8], token: i64, now: Option<f64>) -> Cmd {
     let mut cmd = redis::cmd("LEASE.HEARTBEAT");
