@@ -175,7 +175,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         help: "How long an expired, untaken lease stays releasable before it is reclaimed; 0 keeps it forever",
         syntax: Syntax::One,
         flags: MUTABLE,
-        set: set_lease_retention,
+        set: |c, args| set_seconds(&mut c.lease_retention, &args[0]),
         show: |c| c.lease_retention.to_string(),
     },
     Directive {
@@ -185,8 +185,28 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         help: "An explicit `now` more than this many seconds ahead of the server's wall clock is refused; 0 = no bound",
         syntax: Syntax::One,
         flags: MUTABLE,
-        set: set_lease_max_skew,
+        set: |c, args| set_seconds(&mut c.lease_max_skew, &args[0]),
         show: |c| c.lease_max_skew.to_string(),
+    },
+    Directive {
+        name: "lease-lock-delay",
+        default: &["0"],
+        value_name: "SECONDS",
+        help: "Lock delay of an acquire without LOCKDELAY: seconds after an expiry (not a release) during which the run cannot be acquired; 0 = none",
+        syntax: Syntax::One,
+        flags: MUTABLE,
+        set: |c, args| set_seconds(&mut c.lease_lock_delay, &args[0]),
+        show: |c| c.lease_lock_delay.to_string(),
+    },
+    Directive {
+        name: "lease-max-lock-delay",
+        default: &["60"],
+        value_name: "SECONDS",
+        help: "The largest lock delay, in seconds, an acquire may ask for with LOCKDELAY (at least lease-lock-delay)",
+        syntax: Syntax::One,
+        flags: MUTABLE,
+        set: |c, args| set_seconds(&mut c.lease_max_lock_delay, &args[0]),
+        show: |c| c.lease_max_lock_delay.to_string(),
     },
     Directive {
         name: "loglevel",
@@ -545,15 +565,27 @@ fn set_lease_ttl(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
     Ok(())
 }
 
-fn set_lease_retention(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
-    let seconds = parse_finite_f64(args[0].as_bytes()).filter(|seconds| *seconds >= 0.0);
-    config.lease_retention = expect(seconds, "a finite number of seconds, 0 or more")?;
+/// A duration in seconds: any finite number, 0 or more.
+fn set_seconds(field: &mut f64, arg: &str) -> Result<(), Refusal> {
+    let seconds = parse_finite_f64(arg.as_bytes()).filter(|seconds| *seconds >= 0.0);
+    *field = expect(seconds, "a finite number of seconds, 0 or more")?;
     Ok(())
 }
 
-fn set_lease_max_skew(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
-    let seconds = parse_finite_f64(args[0].as_bytes()).filter(|seconds| *seconds >= 0.0);
-    config.lease_max_skew = expect(seconds, "a finite number of seconds, 0 or more")?;
+/// The rules between directives, which no one line can be refused for
+/// since another may follow it: checked once the file and the command
+/// line are read, and once a `CONFIG SET` has applied all its values. The
+/// error comes with the directive it is blamed on.
+pub(super) fn check_together(config: &Config) -> Result<(), (&'static str, DirectiveError)> {
+    // An acquire without LOCKDELAY gets lease-lock-delay: it must be a
+    // delay an acquire may ask for.
+    if config.lease_lock_delay > config.lease_max_lock_delay {
+        let error = DirectiveError::LockDelayOverMax {
+            lock_delay: config.lease_lock_delay.to_string(),
+            max: config.lease_max_lock_delay.to_string(),
+        };
+        return Err(("lease-lock-delay", error));
+    }
     Ok(())
 }
 
@@ -820,6 +852,8 @@ impl Default for Config {
             lease_ttl: 0.0,
             lease_retention: 0.0,
             lease_max_skew: 0.0,
+            lease_lock_delay: 0.0,
+            lease_max_lock_delay: 0.0,
             loglevel: LogLevel::Notice,
             logformat: LogFormat::Text,
             logfile: None,
@@ -856,6 +890,9 @@ impl Default for Config {
             if let Err(what) = directive.apply(&mut config, &args) {
                 panic!("the default of '{}' is invalid: {what}", directive.name);
             }
+        }
+        if let Err((name, what)) = check_together(&config) {
+            panic!("the default of '{name}' is invalid: {what}");
         }
         config
     }

@@ -61,6 +61,13 @@ pub struct Config {
     /// server's wall clock; 0: no bound. One mistaken `now` (milliseconds
     /// sent as seconds) would otherwise expire every lease at once.
     pub lease_max_skew: f64,
+    /// The lock delay of an acquire that gives no `LOCKDELAY`: seconds
+    /// after a lease *expired* (not one released) during which its run
+    /// cannot be acquired, for storage that cannot check fencing tokens.
+    /// Never more than `lease_max_lock_delay`.
+    pub lease_lock_delay: f64,
+    /// The largest lock delay an acquire may ask for, in seconds.
+    pub lease_max_lock_delay: f64,
     pub loglevel: LogLevel,
     /// Text or JSON lines.
     pub logformat: LogFormat,
@@ -144,6 +151,10 @@ pub enum DirectiveError {
     Immutable,
     /// `CONFIG SET` naming one directive twice.
     Duplicate,
+    /// `lease-lock-delay` is greater than `lease-max-lock-delay`; both
+    /// values as `CONFIG GET` prints them. Checked once the whole
+    /// configuration is known, since either line may come first.
+    LockDelayOverMax { lock_delay: String, max: String },
 }
 
 impl fmt::Display for DirectiveError {
@@ -170,6 +181,11 @@ impl fmt::Display for DirectiveError {
             // Redis's wording, after "CONFIG SET failed (...) - ".
             DirectiveError::Immutable => f.write_str("can't set immutable config"),
             DirectiveError::Duplicate => f.write_str("duplicate parameter"),
+            DirectiveError::LockDelayOverMax { lock_delay, max } => write!(
+                f,
+                "lease-lock-delay ({lock_delay}) is greater than lease-max-lock-delay ({max}), \
+                 the largest lock delay an acquire may ask for"
+            ),
         }
     }
 }
@@ -199,6 +215,9 @@ pub enum ConfigError {
         value: String,
         error: DirectiveError,
     },
+    /// Every line and option was taken, but together they break a rule
+    /// between directives (`lease-lock-delay` above `lease-max-lock-delay`).
+    Conflict { error: DirectiveError },
 }
 
 impl fmt::Display for ConfigError {
@@ -217,6 +236,7 @@ impl fmt::Display for ConfigError {
             ConfigError::CommandLine { name, value, error } => {
                 write!(f, "command line: '--{name} {value}': {error}")
             }
+            ConfigError::Conflict { error } => write!(f, "{error}"),
         }
     }
 }
@@ -226,7 +246,9 @@ impl std::error::Error for ConfigError {
         match self {
             ConfigError::Args(e) => Some(e),
             ConfigError::File { error, .. } => Some(error),
-            ConfigError::Line { error, .. } | ConfigError::CommandLine { error, .. } => Some(error),
+            ConfigError::Line { error, .. }
+            | ConfigError::CommandLine { error, .. }
+            | ConfigError::Conflict { error } => Some(error),
         }
     }
 }

@@ -4,11 +4,12 @@
 //! applied, in order, to a copy of the configuration, through the same
 //! setters as the file. The copy is returned only if every value was taken,
 //! so a refused value leaves nothing half-changed and there is nothing to
-//! roll back.
+//! roll back. Rules between directives (`lease-lock-delay` at most
+//! `lease-max-lock-delay`) are checked on the copy once every value is in.
 
 use std::fmt;
 
-use super::directives::{Directive, READ_ONLY, lookup, utf8_args};
+use super::directives::{Directive, READ_ONLY, check_together, lookup, utf8_args};
 use super::{Config, DirectiveError};
 use crate::splitargs::split_args;
 
@@ -71,6 +72,12 @@ impl Config {
                     error,
                 })?;
         }
+        // After all the values, so that `lease-lock-delay 90
+        // lease-max-lock-delay 120` is not refused for its first pair.
+        check_together(&config).map_err(|(name, error)| SetError::Failed {
+            name: name.to_owned(),
+            error,
+        })?;
         Ok(config)
     }
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Arg, ArgMatches, Command};
 
-use super::directives::{DIRECTIVES, READ_ONLY, lookup, utf8_args};
+use super::directives::{DIRECTIVES, READ_ONLY, check_together, lookup, utf8_args};
 use super::{Config, ConfigError, DirectiveError};
 use crate::glob;
 use crate::splitargs::split_args;
@@ -52,6 +52,9 @@ impl Config {
             config.config_file = Some(path.clone());
         }
         config.apply_matches(&matches)?;
+        // Lines and options are applied one by one, so a rule between two
+        // directives holds only once all are read.
+        check_together(&config).map_err(|(_, error)| ConfigError::Conflict { error })?;
         Ok(config)
     }
 

@@ -155,6 +155,168 @@ fn lease_max_skew() {
 }
 
 #[test]
+fn lock_delays() {
+    let config = Config::default();
+    assert_eq!(config.lease_lock_delay, 0.0);
+    assert_eq!(config.lease_max_lock_delay, 60.0);
+    let config = parse_text("lease-max-lock-delay 0.5\nlease-lock-delay 0.25").unwrap();
+    assert_eq!(config.lease_lock_delay, 0.25);
+    assert_eq!(config.lease_max_lock_delay, 0.5);
+    assert_eq!(
+        config.get(b"*lock-delay"),
+        [
+            ("lease-lock-delay", "0.25".to_owned()),
+            ("lease-max-lock-delay", "0.5".to_owned()),
+        ]
+    );
+    for name in ["lease-lock-delay", "lease-max-lock-delay"] {
+        for bad in ["-1", "-0.5", "inf", "nan", "1e999", "15s", "\"\""] {
+            assert_eq!(
+                invalid(&format!("{name} {bad}")),
+                format!(
+                    "test.conf:1: '{name} {bad}': invalid {name} \
+                     (expected a finite number of seconds, 0 or more)"
+                )
+            );
+        }
+    }
+}
+
+const LOCK_DELAY_OVER_MAX: &str = "lease-lock-delay (90) is greater than \
+    lease-max-lock-delay (60), the largest lock delay an acquire may ask for";
+
+#[test]
+fn lock_delay_over_max_is_refused_once_everything_is_read() {
+    // Line by line the first line would be over the default maximum: the
+    // pair is checked only at the end.
+    let file = conf_file("lease-lock-delay 90\nlease-max-lock-delay 120\n");
+    let path = file.path().to_str().unwrap();
+    let config = args(&[path]).unwrap();
+    assert_eq!(
+        (config.lease_lock_delay, config.lease_max_lock_delay),
+        (90.0, 120.0)
+    );
+    // Equal is fine; so is the command line raising what the file lowered.
+    let config = args(&[path, "--lease-max-lock-delay", "90"]).unwrap();
+    assert_eq!(config.lease_max_lock_delay, 90.0);
+    let file = conf_file("lease-max-lock-delay 10\n");
+    let path_low = file.path().to_str().unwrap();
+    let config = args(&[
+        path_low,
+        "--lease-max-lock-delay",
+        "60",
+        "--lease-lock-delay",
+        "30",
+    ]);
+    assert_eq!(config.unwrap().lease_lock_delay, 30.0);
+
+    let refused = [
+        args(&["--lease-lock-delay", "90"]),
+        args(&[path, "--lease-max-lock-delay", "60"]),
+        args(&[conf_file("lease-max-lock-delay 60\nlease-lock-delay 90")
+            .path()
+            .to_str()
+            .unwrap()]),
+    ];
+    for result in refused {
+        let Err(error @ ConfigError::Conflict { .. }) = result else {
+            panic!("lock delay over the maximum accepted: {result:?}");
+        };
+        assert_eq!(error.to_string(), LOCK_DELAY_OVER_MAX);
+        let ConfigError::Conflict { error: inner } = &error else {
+            unreachable!()
+        };
+        assert_eq!(
+            inner,
+            &DirectiveError::LockDelayOverMax {
+                lock_delay: "90".into(),
+                max: "60".into()
+            }
+        );
+        assert!(std::error::Error::source(&error).is_some());
+    }
+    let Err(error) = args(&[
+        "--lease-max-lock-delay",
+        "0.5",
+        "--lease-lock-delay",
+        "0.75",
+    ]) else {
+        panic!("lock delay over the maximum accepted");
+    };
+    assert_eq!(
+        error.to_string(),
+        "lease-lock-delay (0.75) is greater than lease-max-lock-delay (0.5), \
+         the largest lock delay an acquire may ask for"
+    );
+}
+
+#[test]
+fn config_set_checks_the_lock_delays_after_every_value() {
+    let over = format!(
+        "CONFIG SET failed (possibly related to argument 'lease-lock-delay') - {LOCK_DELAY_OVER_MAX}"
+    );
+    assert_eq!(set_error(&["lease-lock-delay", "90"]), over);
+    // Named after lease-lock-delay even when the maximum moved below it.
+    let config = set(&Config::default(), &["lease-lock-delay", "60"]).unwrap();
+    assert_eq!(
+        set(&config, &["LEASE-MAX-LOCK-DELAY", "59"])
+            .unwrap_err()
+            .to_string(),
+        "CONFIG SET failed (possibly related to argument 'lease-lock-delay') - \
+         lease-lock-delay (60) is greater than lease-max-lock-delay (59), \
+         the largest lock delay an acquire may ask for"
+    );
+    assert_eq!(
+        set(&config, &["lease-max-lock-delay", "59"]),
+        Err(SetError::Failed {
+            name: "lease-lock-delay".into(),
+            error: DirectiveError::LockDelayOverMax {
+                lock_delay: "60".into(),
+                max: "59".into()
+            }
+        })
+    );
+    // Both in one command, in either order: only the result counts.
+    for pairs in [
+        ["lease-lock-delay", "90", "lease-max-lock-delay", "120"],
+        ["lease-max-lock-delay", "120", "lease-lock-delay", "90"],
+    ] {
+        let new = set(&Config::default(), &pairs).unwrap();
+        assert_eq!(
+            (new.lease_lock_delay, new.lease_max_lock_delay),
+            (90.0, 120.0)
+        );
+        // Lowering both, the maximum first, is fine too.
+        let back = set(
+            &new,
+            &["lease-max-lock-delay", "1", "lease-lock-delay", "1"],
+        )
+        .unwrap();
+        assert_eq!(
+            (back.lease_lock_delay, back.lease_max_lock_delay),
+            (1.0, 1.0)
+        );
+    }
+    // A value refused on its own is reported before the pair.
+    assert_eq!(
+        set_error(&["lease-lock-delay", "90", "lease-max-lock-delay", "-1"]),
+        "CONFIG SET failed (possibly related to argument 'lease-max-lock-delay') - \
+         invalid lease-max-lock-delay (expected a finite number of seconds, 0 or more)"
+    );
+    // Other directives are not blocked by the check, and nothing changes.
+    let old = set(&Config::default(), &["lease-lock-delay", "5"]).unwrap();
+    assert_eq!(
+        set(&old, &["timeout", "3", "lease-max-lock-delay", "4"])
+            .unwrap_err()
+            .to_string(),
+        "CONFIG SET failed (possibly related to argument 'lease-lock-delay') - \
+         lease-lock-delay (5) is greater than lease-max-lock-delay (4), \
+         the largest lock delay an acquire may ask for"
+    );
+    assert_eq!(set(&old, &["timeout", "3"]).unwrap().timeout, 3);
+}
+
+#[test]
 fn bad_loglevel_and_dir() {
     assert_eq!(
         invalid("loglevel loud"),
@@ -474,6 +636,8 @@ fn config_get_all_in_table_order() {
         ("lease-ttl", "10"),
         ("lease-retention", "3600"),
         ("lease-max-skew", "60"),
+        ("lease-lock-delay", "0"),
+        ("lease-max-lock-delay", "60"),
         ("loglevel", "notice"),
         ("logformat", "text"),
         ("logfile", ""),
@@ -516,11 +680,17 @@ fn config_get_patterns() {
     assert_eq!(config.get(b"PORT"), vec![("port", "6479".to_owned())]);
     assert_eq!(names(&config, "*ttl*"), ["lease-ttl"]);
     assert_eq!(
+        names(&config, "*lock-delay"),
+        ["lease-lock-delay", "lease-max-lock-delay"]
+    );
+    assert_eq!(
         names(&config, "lease-*"),
         [
             "lease-ttl",
             "lease-retention",
             "lease-max-skew",
+            "lease-lock-delay",
+            "lease-max-lock-delay",
             "lease-max-id-len"
         ]
     );
@@ -639,6 +809,8 @@ fn mutable_directives_are_the_runtime_ones() {
             "lease-ttl",
             "lease-retention",
             "lease-max-skew",
+            "lease-lock-delay",
+            "lease-max-lock-delay",
             "loglevel",
             "appendfsync",
             "auto-aof-rewrite-percentage",
@@ -961,6 +1133,8 @@ fn rewrite_of_the_shipped_conf_changes_only_the_changed_lines() {
             "normal 1gb 0 30",
             "auto-aof-rewrite-min-size",
             "1000",
+            "lease-lock-delay",
+            "15",
         ],
     )
     .unwrap();
@@ -982,6 +1156,7 @@ fn rewrite_of_the_shipped_conf_changes_only_the_changed_lines() {
             "maxclients 50",
             "client-output-buffer-limit normal 1gb 0 30",
             "lease-ttl 2.5",
+            "lease-lock-delay 15",
             "auto-aof-rewrite-min-size 1000",
         ]
     );
@@ -1017,6 +1192,10 @@ fn rewrite_reads_back_the_same_config() {
             "1e-7",
             "lease-max-skew",
             "0",
+            "lease-lock-delay",
+            "0.1",
+            "lease-max-lock-delay",
+            "0.30000000000000004",
             "requirepass",
             "ünï \"c\u{1}de\"\n\r'",
             "slowlog-log-slower-than",
