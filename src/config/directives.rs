@@ -15,7 +15,8 @@ use clap::Arg;
 use clap::builder::ValueRange;
 
 use super::{
-    Config, DirectiveError, FsyncPolicy, LogFormat, LogLevel, OutputLimit, TlsAuthClients,
+    Config, DirectiveError, FsyncPolicy, LogFormat, LogLevel, OutputLimit, OutputLimits,
+    TlsAuthClients,
 };
 use crate::number::{parse_finite_f64, parse_i64};
 
@@ -30,7 +31,8 @@ enum Syntax {
     Size,
     /// One or more arguments: the words `show` prints (`bind`).
     Words,
-    /// `normal <hard> <soft> <soft-seconds>`, the sizes in Redis's units.
+    /// `<class> <hard> <soft> <soft-seconds>` for one or more classes, the
+    /// sizes in Redis's units.
     OutputLimit,
 }
 
@@ -403,13 +405,15 @@ pub(super) static DIRECTIVES: &[Directive] = &[
     },
     Directive {
         name: "client-output-buffer-limit",
-        default: &["normal", "512mb", "128mb", "60"],
-        value_name: "normal HARD SOFT SECONDS",
-        help: "Disconnect a client whose unread replies pass HARD bytes, or stay above SOFT for SECONDS; 0 turns a limit off",
+        default: &[
+            "normal", "512mb", "128mb", "60", "pubsub", "32mb", "8mb", "60",
+        ],
+        value_name: "CLASS HARD SOFT SECONDS",
+        help: "Disconnect a client whose unread replies pass HARD bytes, or stay above SOFT for SECONDS, by CLASS (normal, pubsub; replica is accepted and unused); 0 turns a limit off",
         syntax: Syntax::OutputLimit,
         flags: MUTABLE,
-        set: set_output_limit,
-        show: show_output_limit,
+        set: set_output_limits,
+        show: show_output_limits,
     },
     Directive {
         name: "lease-max-id-len",
@@ -614,29 +618,59 @@ fn set_size(field: &mut usize, arg: &str) -> Result<(), Refusal> {
     Ok(())
 }
 
-fn set_output_limit(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
-    const USAGE: &str = "'normal <hard> <soft> <soft-seconds>'; leased has only normal clients";
-    let [class, hard, soft, seconds] = args else {
-        return Err(Refusal::Expected(USAGE));
+/// Redis's `client-output-buffer-limit`: one or more classes, each with
+/// its limits; the classes not named keep theirs. Every class is checked
+/// before any is stored, so a refused value changes nothing.
+fn set_output_limits(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
+    const SYNTAX: &str =
+        "one or more '<class> <hard> <soft> <soft-seconds>', the class normal, replica or pubsub";
+    const CLASS: &str =
+        "the class normal, replica, slave or pubsub in '<class> <hard> <soft> <soft-seconds>'";
+    const LIMITS: &str = "sizes and whole seconds in '<class> <hard> <soft> <soft-seconds>', \
+                          e.g. 'normal 512mb 128mb 60'";
+    let (groups, []) = args.as_chunks::<4>() else {
+        return Err(Refusal::Expected(SYNTAX));
     };
-    if !class.eq_ignore_ascii_case("normal") {
-        return Err(Refusal::Expected(USAGE));
+    let mut limits = config.client_output_buffer_limit;
+    for [class, hard, soft, seconds] in groups {
+        let slot = match class.to_ascii_lowercase().as_str() {
+            "normal" => Some(&mut limits.normal),
+            "pubsub" => Some(&mut limits.pubsub),
+            // Redis tools may send it; leased has no replicas to limit.
+            "replica" | "slave" => None,
+            _ => return Err(Refusal::Expected(CLASS)),
+        };
+        let limit = OutputLimit {
+            hard: expect(parse_memory(hard), LIMITS)?,
+            soft: expect(parse_memory(soft), LIMITS)?,
+            soft_seconds: expect(integer_in(seconds, 0..=i64::MAX), LIMITS)?,
+        };
+        if let Some(slot) = slot {
+            *slot = limit;
+        }
     }
-    config.client_output_buffer_limit = OutputLimit {
-        hard: expect(parse_memory(hard), USAGE)?,
-        soft: expect(parse_memory(soft), USAGE)?,
-        soft_seconds: expect(integer_in(seconds, 0..=i64::MAX), USAGE)?,
-    };
+    config.client_output_buffer_limit = limits;
     Ok(())
 }
 
-/// As Redis prints it: the class, then bytes and seconds.
-fn show_output_limit(config: &Config) -> String {
-    let limit = config.client_output_buffer_limit;
-    format!(
-        "normal {} {} {}",
-        limit.hard, limit.soft, limit.soft_seconds
-    )
+/// Each class leased keeps, by the name Redis prints, in Redis's order.
+fn output_classes(limits: &OutputLimits) -> [(&'static str, OutputLimit); 2] {
+    [("normal", limits.normal), ("pubsub", limits.pubsub)]
+}
+
+/// As Redis prints it: each class, then bytes and seconds.
+fn show_output_limits(config: &Config) -> String {
+    let classes = output_classes(&config.client_output_buffer_limit);
+    let shown: Vec<String> = classes
+        .iter()
+        .map(|(class, limit)| {
+            format!(
+                "{class} {} {} {}",
+                limit.hard, limit.soft, limit.soft_seconds
+            )
+        })
+        .collect();
+    shown.join(" ")
 }
 
 fn set_lease_max_id_len(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
@@ -798,15 +832,17 @@ impl Directive {
                 Err(_) => vec![shown],
             },
             Syntax::Words => shown.split(' ').map(str::to_owned).collect(),
-            Syntax::OutputLimit => {
-                let limit = config.client_output_buffer_limit;
-                vec![
-                    "normal".to_owned(),
-                    format_memory(limit.hard),
-                    format_memory(limit.soft),
-                    limit.soft_seconds.to_string(),
-                ]
-            }
+            Syntax::OutputLimit => output_classes(&config.client_output_buffer_limit)
+                .iter()
+                .flat_map(|(class, limit)| {
+                    [
+                        (*class).to_owned(),
+                        format_memory(limit.hard),
+                        format_memory(limit.soft),
+                        limit.soft_seconds.to_string(),
+                    ]
+                })
+                .collect(),
         }
     }
 
@@ -838,6 +874,13 @@ impl Directive {
             ))
     }
 }
+
+/// A placeholder in `Config::default` until the table's default is set.
+const NO_OUTPUT_LIMIT: OutputLimit = OutputLimit {
+    hard: 0,
+    soft: 0,
+    soft_seconds: 0,
+};
 
 impl Default for Config {
     fn default() -> Config {
@@ -872,10 +915,9 @@ impl Default for Config {
             slowlog_max_len: 0,
             proto_max_bulk_len: 0,
             client_query_buffer_limit: 0,
-            client_output_buffer_limit: OutputLimit {
-                hard: 0,
-                soft: 0,
-                soft_seconds: 0,
+            client_output_buffer_limit: OutputLimits {
+                normal: NO_OUTPUT_LIMIT,
+                pubsub: NO_OUTPUT_LIMIT,
             },
             lease_max_id_len: 0,
             tls_port: 0,

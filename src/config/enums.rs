@@ -110,12 +110,24 @@ impl FsyncPolicy {
     }
 }
 
-/// `client-output-buffer-limit normal <hard> <soft> <soft-seconds>`: a
-/// client whose unsent replies pass `hard` bytes, or stay above `soft`
-/// bytes for `soft_seconds`, is disconnected. 0 turns a limit off.
+/// One class of `client-output-buffer-limit <class> <hard> <soft>
+/// <soft-seconds>`: a client whose unsent replies pass `hard` bytes, or
+/// stay above `soft` bytes for `soft_seconds`, is disconnected. 0 turns a
+/// limit off.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OutputLimit {
     pub hard: u64,
     pub soft: u64,
     pub soft_seconds: u64,
+}
+
+/// `client-output-buffer-limit`: the limit of each class of client, as in
+/// Redis. Redis's `replica` (`slave`) class is accepted and checked but
+/// kept nowhere: leased has no replicas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutputLimits {
+    /// Every client not in another class.
+    pub normal: OutputLimit,
+    /// Clients subscribed to pub/sub channels.
+    pub pubsub: OutputLimit,
 }

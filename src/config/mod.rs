@@ -33,7 +33,7 @@ use std::io;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-pub use enums::{FsyncPolicy, LogFormat, LogLevel, OutputLimit, TlsAuthClients};
+pub use enums::{FsyncPolicy, LogFormat, LogLevel, OutputLimit, OutputLimits, TlsAuthClients};
 pub use rewrite::RewriteError;
 pub use set::{SetError, is_sensitive};
 
@@ -106,8 +106,9 @@ pub struct Config {
     pub proto_max_bulk_len: usize,
     /// The most bytes of unfinished requests one client may have buffered.
     pub client_query_buffer_limit: usize,
-    /// When a client that does not read its replies is disconnected.
-    pub client_output_buffer_limit: OutputLimit,
+    /// When a client that does not read its replies is disconnected, by
+    /// class of client.
+    pub client_output_buffer_limit: OutputLimits,
     /// The longest run or worker id a lease command accepts.
     pub lease_max_id_len: usize,
     /// TLS port on every `bind` address; 0: no TLS listener.

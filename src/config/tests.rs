@@ -658,7 +658,7 @@ fn config_get_all_in_table_order() {
         ("client-query-buffer-limit", "1073741824"),
         (
             "client-output-buffer-limit",
-            "normal 536870912 134217728 60",
+            "normal 536870912 134217728 60 pubsub 33554432 8388608 60",
         ),
         ("lease-max-id-len", "1024"),
         ("tls-port", "0"),
@@ -729,7 +729,7 @@ fn limit_directives() {
     assert_eq!(config.proto_max_bulk_len, 2 << 20);
     assert_eq!(config.client_query_buffer_limit, 1 << 30);
     assert_eq!(
-        config.client_output_buffer_limit,
+        config.client_output_buffer_limit.normal,
         OutputLimit {
             hard: 1 << 30,
             soft: 256 << 20,
@@ -741,14 +741,198 @@ fn limit_directives() {
         "timeout -1",
         "proto-max-bulk-len 1048575",
         "client-query-buffer-limit 0",
-        "client-output-buffer-limit pubsub 32mb 8mb 60",
+        "client-output-buffer-limit master 32mb 8mb 60",
         "client-output-buffer-limit normal 1mb 1mb",
         "client-output-buffer-limit normal 1mb 1mb x",
+        "client-output-buffer-limit normal 1mb 1mb -1",
+        "client-output-buffer-limit normal 1mb 1mb 0 pubsub 1mb",
         "lease-max-id-len 1023",
     ] {
         let name = bad.split(' ').next().unwrap();
         assert!(invalid(bad).contains(&format!("invalid {name}")), "{bad}");
     }
+}
+
+const MIB: u64 = 1 << 20;
+
+fn output_limit(hard: u64, soft: u64, soft_seconds: u64) -> OutputLimit {
+    OutputLimit {
+        hard,
+        soft,
+        soft_seconds,
+    }
+}
+
+#[test]
+fn output_limit_classes_as_in_redis() {
+    let default = Config::default().client_output_buffer_limit;
+    assert_eq!(
+        default,
+        OutputLimits {
+            normal: output_limit(512 * MIB, 128 * MIB, 60),
+            pubsub: output_limit(32 * MIB, 8 * MIB, 60),
+        }
+    );
+    // A class not named keeps its limits, line after line.
+    let config = parse_text("client-output-buffer-limit PubSub 1mb 1mb 0").unwrap();
+    assert_eq!(config.client_output_buffer_limit.normal, default.normal);
+    assert_eq!(
+        config.client_output_buffer_limit.pubsub,
+        output_limit(MIB, MIB, 0)
+    );
+    let config = parse_text(
+        "client-output-buffer-limit normal 1mb 0 0\n\
+         client-output-buffer-limit pubsub 2mb 1mb 5 pubsub 3mb 2mb 6\n",
+    )
+    .unwrap();
+    assert_eq!(
+        config.client_output_buffer_limit,
+        OutputLimits {
+            normal: output_limit(MIB, 0, 0),
+            pubsub: output_limit(3 * MIB, 2 * MIB, 6),
+        }
+    );
+    // replica (and slave) is checked, then has no effect.
+    for class in ["replica", "SLAVE"] {
+        let line = format!("client-output-buffer-limit {class} 256mb 64mb 60");
+        assert_eq!(parse_text(&line).unwrap(), Config::default());
+    }
+    // The command line over the file changes only what it names too.
+    let file = conf_file("client-output-buffer-limit pubsub 1mb 1mb 0\n");
+    let path = file.path().to_str().unwrap();
+    let config = args(&[
+        path,
+        "--client-output-buffer-limit",
+        "normal",
+        "0",
+        "0",
+        "0",
+        "replica",
+        "1gb",
+        "1gb",
+        "0",
+    ])
+    .unwrap();
+    assert_eq!(
+        config.client_output_buffer_limit,
+        OutputLimits {
+            normal: output_limit(0, 0, 0),
+            pubsub: output_limit(MIB, MIB, 0),
+        }
+    );
+}
+
+#[test]
+fn output_limits_are_shown_in_bytes_and_read_back() {
+    let config = set(
+        &Config::default(),
+        &["client-output-buffer-limit", "pubsub 1mb 1mb 0"],
+    )
+    .unwrap();
+    assert_eq!(
+        config.client_output_buffer_limit.normal,
+        Config::default().client_output_buffer_limit.normal
+    );
+    let shown = "normal 536870912 134217728 60 pubsub 1048576 1048576 0";
+    assert_eq!(
+        config.get(b"client-output-buffer-limit"),
+        [("client-output-buffer-limit", shown.to_owned())]
+    );
+    // What CONFIG GET prints, CONFIG SET and the file take back.
+    let odd = set(
+        &Config::default(),
+        &[
+            "client-output-buffer-limit",
+            "normal 1000 1k 1 pubsub 0 7 3",
+        ],
+    )
+    .unwrap();
+    for config in [config, odd] {
+        let (_, shown) = config.get(b"client-output-buffer-limit").remove(0);
+        let again = set(
+            &Config::default(),
+            &["client-output-buffer-limit", shown.as_str()],
+        );
+        assert_eq!(again.as_ref(), Ok(&config), "{shown}");
+        let line = format!("client-output-buffer-limit {shown}");
+        assert_eq!(parse_text(&line).unwrap(), config, "{shown}");
+    }
+}
+
+#[test]
+fn bad_output_limits_say_what_is_expected() {
+    let prefix = "CONFIG SET failed (possibly related to argument 'client-output-buffer-limit') \
+                  - invalid client-output-buffer-limit (expected ";
+    let syntax = "one or more '<class> <hard> <soft> <soft-seconds>', \
+                  the class normal, replica or pubsub)";
+    let class = "the class normal, replica, slave or pubsub in \
+                 '<class> <hard> <soft> <soft-seconds>')";
+    let limits = "sizes and whole seconds in '<class> <hard> <soft> <soft-seconds>', \
+                  e.g. 'normal 512mb 128mb 60')";
+    for (value, expected) in [
+        ("pubsub 1mb 1mb", syntax),
+        ("normal 1mb 1mb 0 pubsub", syntax),
+        ("512mb 128mb 60", syntax),
+        ("master 1mb 1mb 0", class),
+        ("normal 1mb 1mb 0 clients 1mb 1mb 0", class),
+        ("pubsub 1mb 1mb 0 normal lots 1mb 0", limits),
+        ("normal 1mb 1mb -1", limits),
+        ("normal 1mb 1.5mb 0", limits),
+        ("normal 1mb 1mb 1.5", limits),
+        // A replica class is checked though it is not kept.
+        ("replica 1mb 1mb x", limits),
+    ] {
+        assert_eq!(
+            set_error(&["client-output-buffer-limit", value]),
+            format!("{prefix}{expected}"),
+            "{value}"
+        );
+    }
+    // The file gives the same reason; a refused line changes no class, even
+    // one it named before the mistake.
+    assert!(
+        invalid("client-output-buffer-limit normal 1mb 1mb 0 slave 1mb 1mb").ends_with(&format!(
+            "invalid client-output-buffer-limit (expected {syntax}"
+        ))
+    );
+    let directive = super::directives::lookup("client-output-buffer-limit").unwrap();
+    let mut config = Config::default();
+    let words: Vec<String> = ["pubsub", "1mb", "1mb", "0", "normal", "x", "1mb", "0"]
+        .map(String::from)
+        .to_vec();
+    assert!(directive.apply(&mut config, &words).is_err());
+    assert_eq!(config, Config::default());
+}
+
+#[test]
+fn rewrite_writes_every_output_limit_class_on_one_line() {
+    let config = set(
+        &Config::default(),
+        &["client-output-buffer-limit", "pubsub 1mb 1000 0"],
+    )
+    .unwrap();
+    assert_eq!(
+        rewritten(&config, ""),
+        "# Generated by CONFIG REWRITE\n\
+         client-output-buffer-limit normal 512mb 128mb 60 pubsub 1mb 1000 0\n"
+    );
+    // A Redis-style file with a line per class: the first line takes every
+    // class, the later ones are blanked, and the file reads back the same.
+    let old = "client-output-buffer-limit normal 0 0 0\n\
+               client-output-buffer-limit replica 256mb 64mb 60\n\
+               client-output-buffer-limit pubsub 32mb 8mb 60\n";
+    let from_file = parse_text(old).unwrap();
+    let config = set(
+        &from_file,
+        &["client-output-buffer-limit", "pubsub 1mb 1000 0"],
+    )
+    .unwrap();
+    let text = rewritten(&config, old);
+    assert_eq!(
+        text,
+        "client-output-buffer-limit normal 0 0 0 pubsub 1mb 1000 0\n\n\n"
+    );
+    assert_eq!(parse_text(&text).unwrap(), config);
 }
 
 fn shipped_conf() -> PathBuf {
@@ -882,10 +1066,13 @@ fn config_set_takes_the_words_of_a_multi_argument_value() {
     .unwrap();
     assert_eq!(
         config.client_output_buffer_limit,
-        OutputLimit {
-            hard: 1 << 30,
-            soft: 256 << 20,
-            soft_seconds: 30
+        OutputLimits {
+            normal: OutputLimit {
+                hard: 1 << 30,
+                soft: 256 << 20,
+                soft_seconds: 30
+            },
+            pubsub: Config::default().client_output_buffer_limit.pubsub,
         }
     );
     assert_eq!(
@@ -896,8 +1083,8 @@ fn config_set_takes_the_words_of_a_multi_argument_value() {
     assert_eq!(
         set_error(&["client-output-buffer-limit", ""]),
         "CONFIG SET failed (possibly related to argument 'client-output-buffer-limit') \
-         - invalid client-output-buffer-limit (expected 'normal <hard> <soft> \
-         <soft-seconds>'; leased has only normal clients)"
+         - invalid client-output-buffer-limit (expected one or more '<class> <hard> <soft> \
+         <soft-seconds>', the class normal, replica or pubsub)"
     );
 }
 
@@ -1154,7 +1341,7 @@ fn rewrite_of_the_shipped_conf_changes_only_the_changed_lines() {
         [
             "requirepass \"p \\\"w\\\" \\\\ \\t#\"",
             "maxclients 50",
-            "client-output-buffer-limit normal 1gb 0 30",
+            "client-output-buffer-limit normal 1gb 0 30 pubsub 32mb 8mb 60",
             "lease-ttl 2.5",
             "lease-lock-delay 15",
             "auto-aof-rewrite-min-size 1000",

@@ -349,7 +349,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     /// for too long. Redis closes such a client without a reply, as it
     /// would never read one.
     fn over_output_limit(&mut self) -> bool {
-        let limit = self.shared.config().client_output_buffer_limit;
+        let limit = self.shared.config().client_output_buffer_limit.normal;
         let pending = self.write_buf.len() as u64;
         if limit.hard > 0 && pending > limit.hard {
             return true;
