@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 
+use crate::command::ClientKind;
 use crate::core::{CommandStats, CoreReport};
 use crate::reply::format_double;
 use crate::state::{SAMPLE_INTERVAL, Shared};
@@ -145,6 +146,15 @@ fn client_buffers(shared: &Shared) -> (usize, usize, usize) {
     (input, output, total)
 }
 
+/// Clients subscribed to a channel or a pattern.
+fn pubsub_clients(shared: &Shared) -> usize {
+    let clients = shared.clients.snapshot();
+    clients
+        .iter()
+        .filter(|client| client.kind() == ClientKind::PubSub)
+        .count()
+}
+
 fn clients(out: &mut String, context: &Context) {
     let shared = context.shared;
     let (input, output, _) = client_buffers(shared);
@@ -153,8 +163,9 @@ fn clients(out: &mut String, context: &Context) {
     line(out, "maxclients", shared.config().maxclients);
     line(out, "client_recent_max_input_buffer", input);
     line(out, "client_recent_max_output_buffer", output);
-    line(out, "blocked_clients", 0);
+    line(out, "blocked_clients", context.report.blocked_clients);
     line(out, "tracking_clients", 0);
+    line(out, "pubsub_clients", pubsub_clients(shared));
     line(out, "clients_in_timeout_table", 0);
 }
 
@@ -314,8 +325,16 @@ fn stats(out: &mut String, context: &Context) {
     line(out, "evicted_clients", 0);
     line(out, "keyspace_hits", context.report.commands.hits);
     line(out, "keyspace_misses", context.report.commands.misses);
-    line(out, "pubsub_channels", 0);
-    line(out, "pubsub_patterns", 0);
+    line(
+        out,
+        "pubsub_channels",
+        context.shared.pubsub.channel_count(),
+    );
+    line(
+        out,
+        "pubsub_patterns",
+        context.shared.pubsub.pattern_count(),
+    );
     line(out, "pubsubshard_channels", 0);
     line(out, "latest_fork_usec", 0);
     line(out, "total_forks", 0);

@@ -12,7 +12,7 @@
 //!
 //! ```text
 //! leaves   registry, request, reply, command, config, glob, number, splitargs,
-//!          ceiling, aof, slowlog, monitor, system, logging, warnings, tls
+//!          ceiling, aof, slowlog, monitor, pubsub, system, logging, warnings, tls
 //! state    the running configuration, client table, counters, clock
 //! core     the task that owns the registry, the log and the token ceiling
 //! views    info, metrics
@@ -36,6 +36,7 @@
 //! - [`reply`]: reply values and their RESP2/RESP3 encoding.
 //! - [`info`]: the `INFO` text.
 //! - [`monitor`]: the feed of commands to `MONITOR` clients.
+//! - [`pubsub`]: channels and patterns, and the subscribers' queues of lease events.
 //! - [`slowlog`]: the `SLOWLOG` of commands that ran long.
 //! - [`system`]: the process's memory and CPU, the kernel, the open-files limit.
 //! - [`metrics`]: the Prometheus endpoint (`metrics-port`), from the core's report.
@@ -55,6 +56,7 @@ pub mod logging;
 pub mod metrics;
 pub mod monitor;
 pub mod number;
+pub mod pubsub;
 pub mod registry;
 pub mod reply;
 pub mod request;

@@ -576,6 +576,7 @@ mod tests {
                 token_ceiling: 100_009,
                 registry_time: f64::NEG_INFINITY,
                 lease_ttl: 10.0,
+                blocked_clients: 0,
                 commands,
                 log: Some(LogStatus {
                     policy: FsyncPolicy::EverySec,

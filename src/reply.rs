@@ -50,8 +50,14 @@ pub enum Reply {
     Map(Vec<(Reply, Reply)>),
     /// A set in RESP3, an array in RESP2.
     Set(Vec<Reply>),
+    /// Out-of-band data (pub/sub messages): a push in RESP3, an array in
+    /// RESP2.
+    Push(Vec<Reply>),
     /// Text such as INFO's: a verbatim `txt` string in RESP3, bulk in RESP2.
     Verbatim(Bytes),
+    /// Several replies to one request, one after another: `SUBSCRIBE a b`
+    /// answers once per channel. Only at the top, never inside another.
+    Replies(Vec<Reply>),
     /// A lease as the lease commands answer with it, kept as its fields
     /// until it is encoded: the core task, which every request goes
     /// through, then does not build the map (see [`Reply::lease_map`]).
@@ -120,6 +126,10 @@ impl Reply {
 
     /// Appends the encoding of this reply for `protocol` to `out`.
     pub fn encode(&self, protocol: Protocol, out: &mut BytesMut) {
+        if let Reply::Replies(replies) = self {
+            replies.iter().for_each(|reply| reply.encode(protocol, out));
+            return;
+        }
         match protocol {
             Protocol::Resp2 => match self {
                 Reply::Lease(lease) => encode_lease_resp2(lease, out),
@@ -148,6 +158,10 @@ impl Reply {
                 aggregate_header(out, b'~', items.len());
                 items.iter().for_each(|item| item.encode_resp3(out));
             }
+            Reply::Push(items) => {
+                aggregate_header(out, b'>', items.len());
+                items.iter().for_each(|item| item.encode_resp3(out));
+            }
             Reply::Map(pairs) => {
                 aggregate_header(out, b'%', pairs.len());
                 for (key, value) in pairs {
@@ -171,7 +185,7 @@ impl Reply {
             Reply::Bulk(b) | Reply::Verbatim(b) => Resp2Frame::BulkString(b.clone()),
             Reply::Null => Resp2Frame::Null,
             Reply::Double(d) => Resp2Frame::BulkString(format_double(*d).into()),
-            Reply::Array(items) | Reply::Set(items) => {
+            Reply::Array(items) | Reply::Set(items) | Reply::Push(items) => {
                 Resp2Frame::Array(items.iter().map(Reply::to_resp2).collect())
             }
             Reply::Map(pairs) => Resp2Frame::Array(
@@ -181,6 +195,7 @@ impl Reply {
                     .collect(),
             ),
             Reply::Lease(lease) => Reply::lease_map(&lease.lease, lease.expired).to_resp2(),
+            Reply::Replies(_) => unreachable!("several replies are encoded one by one"),
         }
     }
 
@@ -214,9 +229,12 @@ impl Reply {
                 data: *d,
                 attributes: None,
             },
-            Reply::Array(_) | Reply::Set(_) | Reply::Map(_) | Reply::Lease(_) => {
-                unreachable!("aggregates are written by encode_resp3")
-            }
+            Reply::Array(_)
+            | Reply::Set(_)
+            | Reply::Push(_)
+            | Reply::Map(_)
+            | Reply::Lease(_)
+            | Reply::Replies(_) => unreachable!("aggregates are written by encode_resp3"),
         }
     }
 }

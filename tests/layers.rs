@@ -27,6 +27,7 @@ const LAYERS: &[(&str, usize)] = &[
     ("logging", 0),
     ("monitor", 0),
     ("number", 0),
+    ("pubsub", 0),
     ("registry", 0),
     ("reply", 0),
     ("request", 0),

@@ -208,7 +208,7 @@ fn limit_directives_are_validated_at_start_up() {
     for args in [
         &["--proto-max-bulk-len", "1000"][..],
         &["--client-query-buffer-limit", "lots"],
-        &["--client-output-buffer-limit", "replica", "1mb", "0", "0"],
+        &["--client-output-buffer-limit", "master", "1mb", "0", "0"],
         &["--client-output-buffer-limit", "normal", "1mb"],
         &["--lease-max-id-len", "100"],
         &["--timeout", "-1"],

@@ -247,7 +247,7 @@ fn config_rewrite_keeps_the_files_comments_and_survives_a_restart() {
     assert_eq!(con.config_get("lease-ttl"), "30");
     assert_eq!(
         con.config_get("client-output-buffer-limit"),
-        "normal 1073741824 268435456 30"
+        "normal 1073741824 268435456 30 pubsub 33554432 8388608 60"
     );
     let mut stranger = server.raw();
     stranger.write_all(b"PING\r\n").unwrap();

@@ -231,7 +231,9 @@ fn command_introspection_matches_the_table() {
             bulk_value("run"),
             bulk_value("worker"),
             bulk_value("now"),
-            bulk_value("seconds")
+            bulk_value("seconds"),
+            bulk_value("seconds"),
+            bulk_value("ms")
         ]
     );
     let ttl = pairs(args[3].clone());

@@ -48,6 +48,7 @@ enum Step {
         worker: u8,
         dt: i8,
         ttl: u8,
+        lock_delay: u8,
         explicit: bool,
     },
     Heartbeat {
@@ -125,12 +126,15 @@ fn resolve(step: &Step, model: &Model, now: &mut f64) -> Option<(Op, f64)> {
             worker,
             dt,
             ttl,
+            lock_delay,
             explicit,
         } => Op::Acquire {
             run_id: bytes(&RUNS, *run),
             worker_id: bytes(&WORKERS, *worker),
             now: tick(*dt, *explicit),
             ttl: (*ttl % 16 != 0).then(|| f64::from(*ttl % 16) * 0.5),
+            // 0 is the default; otherwise 0 to 7.5 seconds.
+            lock_delay: (*lock_delay % 17 != 0).then(|| f64::from(*lock_delay % 17 - 1) * 0.5),
         },
         Step::Heartbeat {
             lease,

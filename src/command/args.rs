@@ -26,6 +26,11 @@ impl<'a> Args<'a> {
         self.items.next().cloned()
     }
 
+    /// The next argument, left where it is.
+    pub(super) fn peek(&self) -> Option<&'a Bytes> {
+        self.items.as_slice().first()
+    }
+
     /// The next argument, which the command's arity guarantees.
     pub(super) fn required(&mut self) -> Bytes {
         self.next().expect("arity checked against the table")

@@ -17,7 +17,7 @@ pub const CLIENT_HELP: &[&str] = &[
     "    * ID <client-id>: the connection with that id",
     "    * ADDR <ip:port>: the connection made from that address",
     "    * LADDR <ip:port>: connections made to that local address",
-    "    * TYPE <NORMAL|MASTER|REPLICA|PUBSUB>: every connection is NORMAL",
+    "    * TYPE <NORMAL|MASTER|REPLICA|PUBSUB>: connections of that type (PUBSUB: subscribed)",
     "    * USER <username>: the only user is default",
     "    * SKIPME <YES|NO>: spare this connection (default: YES)",
     "    * MAXAGE <seconds>: connections older than that",
@@ -27,6 +27,8 @@ pub const CLIENT_HELP: &[&str] = &[
     "    Set client library name or version for the current connection.",
     "SETNAME <name>",
     "    Assign the name <name> to the current connection.",
+    "UNBLOCK <clientid> [TIMEOUT|ERROR]",
+    "    Unblock the specified blocked client (a LEASE.ACQUIRE ... BLOCK).",
     "HELP",
     "    Print this help.",
 ];
@@ -72,6 +74,19 @@ pub const CONFIG_HELP: &[&str] = &[
     "    Reset statistics reported by the INFO command.",
     "REWRITE",
     "    Rewrite the configuration file with the running values.",
+    "HELP",
+    "    Print this help.",
+];
+
+pub const PUBSUB_HELP: &[&str] = &[
+    "PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "CHANNELS [<pattern>]",
+    "    Return the currently active channels matching a <pattern> (default: '*').",
+    "NUMPAT",
+    "    Return number of subscriptions to patterns.",
+    "NUMSUB [<channel> ...]",
+    "    Return the number of subscribers for the specified channels, excluding",
+    "    pattern subscriptions(default: no channels).",
     "HELP",
     "    Print this help.",
 ];

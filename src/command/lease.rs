@@ -3,47 +3,94 @@
 
 use super::Command;
 use super::args::{Args, float_arg, not_an_integer, optional_now, syntax_error, token_arg};
+use std::time::Duration;
+
 use crate::number::parse_i64;
 use crate::registry::Op;
 use crate::reply::Reply;
 
-/// `LEASE.ACQUIRE run worker [now] [TTL seconds]`
+/// The options of `LEASE.ACQUIRE`, in any order after `now`.
+const OPTIONS: [&[u8]; 3] = [b"ttl", b"lockdelay", b"block"];
+
+/// `LEASE.ACQUIRE run worker [now] [TTL seconds] [LOCKDELAY seconds]
+/// [BLOCK ms]`: options in any order after `now`, the last of a repeated
+/// one counting (as SCAN's do).
 pub fn parse_acquire(args: &mut Args) -> Result<Command, Reply> {
     let run_id = args.required();
     let worker_id = args.required();
     let mut now = None;
-    let mut ttl = None;
-    let mut next = args.next();
-    if let Some(arg) = &next
-        && !arg.eq_ignore_ascii_case(b"ttl")
+    if let Some(arg) = args.peek()
+        && !OPTIONS
+            .iter()
+            .any(|option| arg.eq_ignore_ascii_case(option))
     {
         now = Some(float_arg(arg)?);
-        next = args.next();
+        args.next();
     }
-    if let Some(arg) = next {
-        if !arg.eq_ignore_ascii_case(b"ttl") {
-            return Err(syntax_error());
-        }
-        let Some(seconds) = args.next() else {
+    let (mut ttl, mut lock_delay, mut block) = (None, None, None);
+    while let Some(option) = args.next() {
+        let Some(value) = args.next() else {
             return Err(syntax_error());
         };
-        let seconds = float_arg(&seconds)?;
-        if seconds <= 0.0 {
-            return Err(Reply::error(
-                "ERR invalid expire time in 'lease.acquire' command",
-            ));
+        if option.eq_ignore_ascii_case(b"ttl") {
+            ttl = Some(positive_seconds(&value, "expire time")?);
+        } else if option.eq_ignore_ascii_case(b"lockdelay") {
+            lock_delay = Some(lock_delay_arg(&value)?);
+        } else if option.eq_ignore_ascii_case(b"block") {
+            block = Some(block_arg(&value)?);
+        } else {
+            return Err(syntax_error());
         }
-        ttl = Some(seconds);
     }
-    if args.len() > 0 {
-        return Err(syntax_error());
-    }
-    Ok(Command::Lease(Op::Acquire {
+    let op = Op::Acquire {
         run_id,
         worker_id,
         now,
         ttl,
-    }))
+        lock_delay,
+    };
+    match block {
+        None => Ok(Command::Lease(op)),
+        Some(_) if now.is_some() => Err(Reply::error(
+            "ERR BLOCK cannot be given with now: a blocked acquire runs on the server's clock",
+        )),
+        Some(timeout) => Ok(Command::AcquireBlocking { op, timeout }),
+    }
+}
+
+/// A TTL: a finite number of seconds above 0.
+fn positive_seconds(arg: &[u8], what: &str) -> Result<f64, Reply> {
+    let seconds = float_arg(arg)?;
+    if seconds <= 0.0 {
+        return Err(Reply::error(format!(
+            "ERR invalid {what} in 'lease.acquire' command"
+        )));
+    }
+    Ok(seconds)
+}
+
+/// A lock delay: a finite number of seconds, 0 or more.
+fn lock_delay_arg(arg: &[u8]) -> Result<f64, Reply> {
+    let seconds = float_arg(arg)?;
+    if seconds < 0.0 {
+        return Err(Reply::error(
+            "ERR invalid lock delay in 'lease.acquire' command",
+        ));
+    }
+    Ok(seconds)
+}
+
+/// `BLOCK ms`: milliseconds as Redis reads a blocking timeout; 0 waits
+/// forever (`None`).
+fn block_arg(arg: &[u8]) -> Result<Option<Duration>, Reply> {
+    match parse_i64(arg) {
+        None => Err(Reply::error(
+            "ERR timeout is not an integer or out of range",
+        )),
+        Some(ms) if ms < 0 => Err(Reply::error("ERR timeout is negative")),
+        Some(0) => Ok(None),
+        Some(ms) => Ok(Some(Duration::from_millis(ms as u64))),
+    }
 }
 
 /// `LEASE.HEARTBEAT lease_id token [now]`
@@ -84,6 +131,11 @@ pub fn parse_get(args: &mut Args) -> Result<Command, Reply> {
     let run_id = args.required();
     let now = optional_now(args, "lease.get")?;
     Ok(Command::Lease(Op::Get { run_id, now }))
+}
+
+/// `LEASE.WAITERS run`
+pub fn parse_waiters(args: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Waiters(args.required()))
 }
 
 /// `LEASE.SCAN cursor [MATCH pattern] [COUNT count]`, parsed as Redis

@@ -16,6 +16,7 @@ mod args;
 pub mod docs;
 mod help;
 mod lease;
+mod pubsub;
 mod server;
 pub mod table;
 
@@ -23,6 +24,7 @@ use std::borrow::Cow;
 
 use bytes::Bytes;
 
+use crate::pubsub::Kind;
 use crate::registry::Op;
 use crate::reply::{Protocol, Reply};
 pub use args::{Args, syntax_error};
@@ -45,8 +47,9 @@ pub struct KillFilter {
     /// `ip:port` as `CLIENT LIST` shows it.
     pub addr: Option<Bytes>,
     pub laddr: Option<Bytes>,
-    /// `TYPE master|replica|pubsub` matches nobody: every client is normal.
-    pub nobody: bool,
+    /// `TYPE normal|pubsub` (the last one given); `master` and `replica`
+    /// match nobody, as there are none.
+    pub kind: Option<ClientKind>,
     /// Spare the client that sent the command (`SKIPME yes`, the default).
     pub skip_me: bool,
     /// Only clients connected for longer than this many seconds.
@@ -62,12 +65,21 @@ pub enum SlowlogCommand {
     Reset,
 }
 
+/// A client's type, as `CLIENT LIST TYPE` and `CLIENT KILL TYPE` name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientKind {
+    Normal,
+    /// Subscribed to a channel or a pattern.
+    PubSub,
+    /// `master` or `replica`: no client here is either.
+    Replication,
+}
+
 /// Filters of `CLIENT LIST`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClientFilter {
     All,
-    /// `TYPE normal|master|replica|pubsub`: every client here is normal.
-    NormalOnly(bool),
+    OfKind(ClientKind),
     Ids(Vec<u64>),
 }
 
@@ -75,6 +87,30 @@ pub enum ClientFilter {
 pub enum Command {
     /// A lease command (or `DBSIZE`), for the core's registry.
     Lease(Op),
+    /// `LEASE.ACQUIRE ... BLOCK ms`: the acquire, and how long to wait for
+    /// the run (`None`: forever).
+    AcquireBlocking {
+        op: Op,
+        timeout: Option<std::time::Duration>,
+    },
+    /// `LEASE.WAITERS run`: the workers blocked on the run, in order.
+    Waiters(Bytes),
+    /// `CLIENT UNBLOCK id [TIMEOUT|ERROR]`: `error` for `ERROR`.
+    ClientUnblock {
+        id: u64,
+        error: bool,
+    },
+    /// `SUBSCRIBE channel ...` or `PSUBSCRIBE pattern ...`.
+    Subscribe(Kind, Vec<Bytes>),
+    /// `UNSUBSCRIBE [channel ...]` or `PUNSUBSCRIBE [pattern ...]`: none
+    /// named means every one.
+    Unsubscribe(Kind, Vec<Bytes>),
+    /// `PUBSUB CHANNELS [pattern]`.
+    PubsubChannels(Option<Bytes>),
+    /// `PUBSUB NUMSUB [channel ...]`.
+    PubsubNumsub(Vec<Bytes>),
+    /// `PUBSUB NUMPAT`.
+    PubsubNumpat,
     /// `INFO [section ...]`: rendered from the core's report.
     Info(Vec<Bytes>),
     /// `BGREWRITEAOF`: compact the append-only log.
@@ -123,6 +159,17 @@ pub enum Command {
 /// arguments are borrowed (the command takes cheap clones of the ones it
 /// keeps), so the connection still has them for `SLOWLOG`.
 pub fn parse(args: &[Bytes]) -> Result<Command, Reply> {
+    parse_gated(args, |_| None)
+}
+
+/// [`parse`], with `gate` asked once the command is known and its arity
+/// checked, before its own parse step: an error it returns is the reply.
+/// That is where Redis refuses a command for the connection's state (a
+/// RESP2 subscriber may only (un)subscribe, PING, QUIT or RESET).
+pub fn parse_gated(
+    args: &[Bytes],
+    gate: impl FnOnce(CommandName) -> Option<Reply>,
+) -> Result<Command, Reply> {
     let mut args = Args::new(args);
     let name = args
         .next()
@@ -133,6 +180,9 @@ pub fn parse(args: &[Bytes]) -> Result<Command, Reply> {
     check_arity(spec, None, args.len() + 1)?;
     // A container run bare (only `COMMAND` allows it) has its own parse step.
     let Some(sub_name) = spec.subcommands.first().and_then(|_| args.next()) else {
+        if let Some(refused) = gate(CommandName { parent: None, spec }) {
+            return Err(refused);
+        }
         return (spec.parse)(&mut args);
     };
     let Some(sub) = table::lookup(spec.subcommands, &sub_name) else {
@@ -143,6 +193,13 @@ pub fn parse(args: &[Bytes]) -> Result<Command, Reply> {
         )));
     };
     check_arity(sub, Some(spec), args.len() + 2)?;
+    let name = CommandName {
+        parent: Some(spec),
+        spec: sub,
+    };
+    if let Some(refused) = gate(name) {
+        return Err(refused);
+    }
     (sub.parse)(&mut args)
 }
 
@@ -170,6 +227,21 @@ impl CommandName {
     /// `no_auth` flag: AUTH, HELLO, QUIT, RESET).
     pub fn allowed_before_auth(&self) -> bool {
         self.flags().contains(Flags::NO_AUTH)
+    }
+
+    /// Whether a RESP2 client subscribed to something may run it: only
+    /// the (un)subscribe commands, `PING`, `QUIT` and `RESET`, as in Redis.
+    pub fn allowed_while_subscribed(&self) -> bool {
+        const ALLOWED: [&str; 7] = [
+            "subscribe",
+            "psubscribe",
+            "unsubscribe",
+            "punsubscribe",
+            "ping",
+            "quit",
+            "reset",
+        ];
+        self.parent.is_none() && ALLOWED.contains(&self.spec.name)
     }
 }
 

@@ -3,7 +3,9 @@
 //! configuration commands.
 
 use super::args::{Args, not_an_integer, syntax_error};
-use super::{ClientAttr, ClientFilter, Command, KillFilter, SlowlogCommand, help, truncated};
+use super::{
+    ClientAttr, ClientFilter, ClientKind, Command, KillFilter, SlowlogCommand, help, truncated,
+};
 use crate::number::parse_i64;
 use crate::reply::{Protocol, Reply};
 
@@ -153,8 +155,8 @@ pub fn parse_client_list(args: &mut Args) -> Result<Command, Reply> {
         return Ok(Command::ClientList(ClientFilter::All));
     };
     if option.eq_ignore_ascii_case(b"type") && args.len() == 1 {
-        let normal = client_type_is_normal(&args.required())?;
-        return Ok(Command::ClientList(ClientFilter::NormalOnly(normal)));
+        let kind = client_kind(&args.required())?;
+        return Ok(Command::ClientList(ClientFilter::OfKind(kind)));
     }
     if option.eq_ignore_ascii_case(b"id") && args.len() >= 1 {
         let mut ids = Vec::with_capacity(args.len());
@@ -202,7 +204,7 @@ pub fn parse_client_kill(args: &mut Args) -> Result<Command, Reply> {
                     truncated(&value)
                 )));
             }
-            b"type" => filter.nobody |= !client_type_is_normal(&value)?,
+            b"type" => filter.kind = Some(client_kind(&value)?),
             b"skipme" if value.eq_ignore_ascii_case(b"yes") => filter.skip_me = true,
             b"skipme" if value.eq_ignore_ascii_case(b"no") => filter.skip_me = false,
             b"maxage" => match parse_i64(&value) {
@@ -215,23 +217,44 @@ pub fn parse_client_kill(args: &mut Args) -> Result<Command, Reply> {
     Ok(Command::ClientKill(filter))
 }
 
-/// Whether a `TYPE` argument names normal clients, the only kind here;
-/// an error for a name Redis does not know.
-fn client_type_is_normal(kind: &[u8]) -> Result<bool, Reply> {
-    if kind.eq_ignore_ascii_case(b"normal") {
-        return Ok(true);
-    }
-    let known = [&b"master"[..], b"replica", b"slave", b"pubsub"]
-        .iter()
-        .any(|word| kind.eq_ignore_ascii_case(word));
-    if known {
-        Ok(false)
+/// The client type a `TYPE` argument names; an error for a name Redis
+/// does not know.
+fn client_kind(kind: &[u8]) -> Result<ClientKind, Reply> {
+    let is = |word: &[u8]| kind.eq_ignore_ascii_case(word);
+    if is(b"normal") {
+        Ok(ClientKind::Normal)
+    } else if is(b"pubsub") {
+        Ok(ClientKind::PubSub)
+    } else if is(b"master") || is(b"replica") || is(b"slave") {
+        Ok(ClientKind::Replication)
     } else {
         Err(Reply::error(format!(
             "ERR Unknown client type '{}'",
             truncated(kind)
         )))
     }
+}
+
+/// `CLIENT UNBLOCK client-id [TIMEOUT|ERROR]`, checked in Redis's order:
+/// the reason first, then the id.
+pub fn parse_client_unblock(args: &mut Args) -> Result<Command, Reply> {
+    let id = args.required();
+    let error = match args.next() {
+        None => false,
+        Some(reason) if reason.eq_ignore_ascii_case(b"timeout") => false,
+        Some(reason) if reason.eq_ignore_ascii_case(b"error") => true,
+        Some(_) => {
+            return Err(Reply::error(
+                "ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR",
+            ));
+        }
+    };
+    let id = parse_i64(&id).ok_or_else(not_an_integer)?;
+    // No client has an id below 1: such an id unblocks nobody.
+    Ok(Command::ClientUnblock {
+        id: u64::try_from(id).unwrap_or(0),
+        error,
+    })
 }
 
 pub fn parse_monitor(_: &mut Args) -> Result<Command, Reply> {

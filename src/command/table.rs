@@ -10,6 +10,7 @@ use bitflags::bitflags;
 use super::Command;
 use super::args::{Args, syntax_error};
 use super::lease::*;
+use super::pubsub::*;
 use super::server::*;
 use crate::reply::Reply;
 
@@ -97,6 +98,8 @@ bitflags! {
         const NO_ASYNC_LOADING = 1 << 9;
         const NO_MULTI = 1 << 10;
         const ALLOW_BUSY = 1 << 11;
+        const PUBSUB = 1 << 12;
+        const BLOCKING = 1 << 13;
     }
 }
 
@@ -104,12 +107,14 @@ impl Flags {
     /// The flags' names as `COMMAND INFO` shows them (`write`, `no_auth`),
     /// in Redis's order.
     pub fn names(self) -> impl Iterator<Item = &'static str> {
-        const NAMES: [(Flags, &str); 12] = [
+        const NAMES: [(Flags, &str); 14] = [
             (Flags::WRITE, "write"),
             (Flags::READONLY, "readonly"),
             (Flags::DENYOOM, "denyoom"),
             (Flags::ADMIN, "admin"),
+            (Flags::PUBSUB, "pubsub"),
             (Flags::NOSCRIPT, "noscript"),
+            (Flags::BLOCKING, "blocking"),
             (Flags::LOADING, "loading"),
             (Flags::STALE, "stale"),
             (Flags::FAST, "fast"),
@@ -249,6 +254,14 @@ const ADMIN_FLAGS: Flags = Flags::ADMIN
 const ADMIN_ACL: &[&str] = &["@admin", "@slow", "@dangerous"];
 const LEASE_ACL: &[&str] = &["@write", "@fast"];
 
+/// (Un)subscribing: allowed while subscribed, as in Redis.
+const PUBSUB_FLAGS: Flags = Flags::PUBSUB
+    .union(Flags::NOSCRIPT)
+    .union(Flags::LOADING)
+    .union(Flags::STALE);
+const PUBSUB_ACL: &[&str] = &["@pubsub", "@slow"];
+const PUBSUB_INTROSPECTION: Flags = Flags::PUBSUB.union(Flags::LOADING).union(Flags::STALE);
+
 /// `now` as the lease commands take it: optional, in seconds.
 const NOW: Arg = optional(arg("now", ArgKind::Double));
 
@@ -259,13 +272,19 @@ fn unreachable_container(_: &mut Args) -> Result<Command, Reply> {
 
 pub static COMMANDS: &[CommandSpec] = &[
     CommandSpec {
-        flags: Flags::WRITE.union(Flags::DENYOOM).union(Flags::FAST),
-        acl_categories: LEASE_ACL,
+        // Redis's `blocking` flag: the command may block (with BLOCK).
+        flags: Flags::WRITE
+            .union(Flags::DENYOOM)
+            .union(Flags::BLOCKING)
+            .union(Flags::FAST),
+        acl_categories: &["@write", "@blocking", "@fast"],
         args: &[
             arg("run", ArgKind::String),
             arg("worker", ArgKind::String),
             NOW,
             optional(token("TTL", arg("seconds", ArgKind::Double))),
+            optional(token("LOCKDELAY", arg("seconds", ArgKind::Double))),
+            optional(token("BLOCK", arg("ms", ArgKind::Integer))),
         ],
         ..command(
             "lease.acquire",
@@ -333,6 +352,19 @@ pub static COMMANDS: &[CommandSpec] = &[
             "lease",
             "Return a run's current lease and whether it has expired",
             parse_get,
+        )
+    },
+    CommandSpec {
+        flags: Flags::READONLY.union(Flags::FAST),
+        acl_categories: &["@keyspace", "@read", "@fast"],
+        complexity: "O(N) where N is the number of clients waiting for the run",
+        args: &[arg("run", ArgKind::String)],
+        ..command(
+            "lease.waiters",
+            2,
+            "lease",
+            "Return the workers blocked waiting for a run, in the order they will be served",
+            parse_waiters,
         )
     },
     CommandSpec {
@@ -478,6 +510,70 @@ pub static COMMANDS: &[CommandSpec] = &[
             "connection",
             "Select the database; only database 0 exists",
             parse_select,
+        )
+    },
+    CommandSpec {
+        flags: PUBSUB_FLAGS,
+        acl_categories: PUBSUB_ACL,
+        complexity: "O(N) where N is the number of channels to subscribe to",
+        args: &[multiple(arg("channel", ArgKind::String))],
+        ..command(
+            "subscribe",
+            -2,
+            "pubsub",
+            "Listen for lease events on channels",
+            parse_subscribe,
+        )
+    },
+    CommandSpec {
+        flags: PUBSUB_FLAGS,
+        acl_categories: PUBSUB_ACL,
+        complexity: "O(N) where N is the number of patterns to subscribe to",
+        args: &[multiple(arg("pattern", ArgKind::Pattern))],
+        ..command(
+            "psubscribe",
+            -2,
+            "pubsub",
+            "Listen for lease events on every channel that matches a pattern",
+            parse_psubscribe,
+        )
+    },
+    CommandSpec {
+        flags: PUBSUB_FLAGS,
+        acl_categories: PUBSUB_ACL,
+        complexity: "O(N) where N is the number of channels to unsubscribe from",
+        args: &[optional(multiple(arg("channel", ArgKind::String)))],
+        ..command(
+            "unsubscribe",
+            -1,
+            "pubsub",
+            "Stop listening on channels; on every channel when none is named",
+            parse_unsubscribe,
+        )
+    },
+    CommandSpec {
+        flags: PUBSUB_FLAGS,
+        acl_categories: PUBSUB_ACL,
+        complexity: "O(N) where N is the number of patterns to unsubscribe from",
+        args: &[optional(multiple(arg("pattern", ArgKind::Pattern)))],
+        ..command(
+            "punsubscribe",
+            -1,
+            "pubsub",
+            "Stop listening on patterns; on every pattern when none is named",
+            parse_punsubscribe,
+        )
+    },
+    CommandSpec {
+        acl_categories: &["@slow"],
+        complexity: "Depends on subcommand.",
+        subcommands: PUBSUB_SUBCOMMANDS,
+        ..command(
+            "pubsub",
+            -2,
+            "pubsub",
+            "A container for publish/subscribe introspection commands",
+            unreachable_container,
         )
     },
     CommandSpec {
@@ -704,7 +800,68 @@ static CLIENT_SUBCOMMANDS: &[CommandSpec] = &[
             parse_client_kill,
         )
     },
+    CommandSpec {
+        flags: ADMIN_FLAGS,
+        acl_categories: &["@admin", "@slow", "@dangerous", "@connection"],
+        complexity: "O(log N) where N is the number of client connections",
+        args: &[
+            arg("client-id", ArgKind::Integer),
+            optional(group(
+                "unblock-type",
+                ArgKind::OneOf,
+                &[word("timeout", "TIMEOUT"), word("error", "ERROR")],
+            )),
+        ],
+        ..command(
+            "unblock",
+            -3,
+            "connection",
+            "Unblock a client blocked in LEASE.ACQUIRE ... BLOCK: with a timeout's null, or an error",
+            parse_client_unblock,
+        )
+    },
     help_subcommand("connection", SLOW_CONNECTION, parse_client_help),
+];
+
+static PUBSUB_SUBCOMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        flags: PUBSUB_INTROSPECTION,
+        acl_categories: &["@pubsub", "@slow"],
+        complexity: "O(N) where N is the number of active channels",
+        args: &[optional(arg("pattern", ArgKind::Pattern))],
+        ..command(
+            "channels",
+            -2,
+            "pubsub",
+            "Return the channels that have a subscriber",
+            parse_pubsub_channels,
+        )
+    },
+    CommandSpec {
+        flags: PUBSUB_INTROSPECTION,
+        acl_categories: &["@pubsub", "@slow"],
+        complexity: "O(N) for the number of channels named",
+        args: &[optional(multiple(arg("channel", ArgKind::String)))],
+        ..command(
+            "numsub",
+            -2,
+            "pubsub",
+            "Return the number of subscribers of channels (pattern subscribers not counted)",
+            parse_pubsub_numsub,
+        )
+    },
+    CommandSpec {
+        flags: PUBSUB_INTROSPECTION,
+        acl_categories: &["@pubsub", "@slow"],
+        ..command(
+            "numpat",
+            2,
+            "pubsub",
+            "Return the number of patterns subscribed to",
+            parse_pubsub_numpat,
+        )
+    },
+    help_subcommand("pubsub", &["@slow"], parse_pubsub_help),
 ];
 
 static SLOWLOG_SUBCOMMANDS: &[CommandSpec] = &[

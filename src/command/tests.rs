@@ -34,7 +34,8 @@ fn acquire_takes_optional_now_and_ttl_in_any_case() {
             run_id: b("run-1"),
             worker_id: b("worker-a"),
             now: None,
-            ttl: None
+            ttl: None,
+            lock_delay: None
         }
     );
     assert_eq!(
@@ -43,7 +44,8 @@ fn acquire_takes_optional_now_and_ttl_in_any_case() {
             run_id: b("r"),
             worker_id: b("w"),
             now: Some(10.5),
-            ttl: None
+            ttl: None,
+            lock_delay: None
         }
     );
     assert_eq!(
@@ -52,7 +54,8 @@ fn acquire_takes_optional_now_and_ttl_in_any_case() {
             run_id: b("r"),
             worker_id: b("w"),
             now: Some(1000.0),
-            ttl: Some(30.0)
+            ttl: Some(30.0),
+            lock_delay: None
         }
     );
     assert_eq!(
@@ -61,7 +64,8 @@ fn acquire_takes_optional_now_and_ttl_in_any_case() {
             run_id: b(""),
             worker_id: b(""),
             now: None,
-            ttl: Some(0.5)
+            ttl: Some(0.5),
+            lock_delay: None
         }
     );
 }
@@ -259,7 +263,7 @@ fn syntax_lines_come_from_the_table() {
         .into_iter()
         .map(|(_, line)| line)
         .collect();
-    assert!(lines.contains(&"LEASE.ACQUIRE run worker [now] [TTL seconds]".to_string()));
+    assert!(lines.contains(&"LEASE.ACQUIRE run worker [now] [TTL seconds] [LOCKDELAY seconds] [BLOCK ms]".to_string()));
     assert!(lines.contains(&"LEASE.HEARTBEAT lease_id token [now]".to_string()));
     assert!(lines.contains(&"LEASE.VALIDATE run lease_id token [now]".to_string()));
     assert!(lines.contains(&"LEASE.RELEASE lease_id token".to_string()));

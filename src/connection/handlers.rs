@@ -11,7 +11,7 @@ use tracing::{info, warn};
 
 use super::session::NOAUTH;
 use super::words;
-use super::{After, Connection};
+use super::{After, Blocked, Connection};
 use crate::command::{self, ClientFilter, Command, KillFilter, SlowlogCommand, docs};
 use crate::core::{Answer, CoreAnswer, CoreCommand};
 use crate::reply::{Protocol, Reply};
@@ -41,18 +41,22 @@ where
         let monitored = self.shared.monitors.active();
         let config = self.shared.config();
         let (max_id_len, slower_than) = (config.lease_max_id_len, config.slowlog_log_slower_than);
+        let max_lock_delay = config.lease_max_lock_delay;
         drop(config);
 
         let mut slots = Vec::with_capacity(requests.len());
         let mut for_core = Vec::new();
         let mut after = After::Continue;
+        // How many of the requests run now: those after a blocking acquire
+        // wait for its answer.
+        let mut taken = requests.len();
         for (index, args) in requests.iter().enumerate() {
             let protocol = self.session.protocol;
             if !self.session.authenticated && !allowed_before_auth(args) {
                 slots.push(Slot::Ready(protocol, Reply::error(NOAUTH)));
                 continue;
             }
-            let parsed = command::parse(args);
+            let parsed = command::parse_gated(args, |name| self.refused_while_subscribed(name));
             if monitored && parsed.is_ok() {
                 self.publish(args);
             }
@@ -65,12 +69,35 @@ where
             };
             let (core_command, info) = match command {
                 Command::Lease(op) => {
-                    if let Some(kind) = op.oversized_id(max_id_len) {
-                        slots.push(Slot::Ready(protocol, words::id_too_long(kind, max_id_len)));
+                    if let Some(refused) = words::refused_op(&op, max_id_len, max_lock_delay) {
+                        slots.push(Slot::Ready(protocol, refused));
                         continue;
                     }
                     (CoreCommand::Op(op), None)
                 }
+                Command::AcquireBlocking { op, timeout } => {
+                    if let Some(refused) = words::refused_op(&op, max_id_len, max_lock_delay) {
+                        slots.push(Slot::Ready(protocol, refused));
+                        continue;
+                    }
+                    let client_id = self.client.id;
+                    for_core.push(CoreCommand::AcquireBlocking {
+                        op,
+                        timeout,
+                        client_id,
+                    });
+                    slots.push(Slot::Core(protocol, index, None));
+                    taken = index + 1;
+                    break;
+                }
+                Command::Waiters(run_id) => (CoreCommand::Waiters(run_id), None),
+                Command::ClientUnblock { id, error } => (
+                    CoreCommand::Unblock {
+                        client_id: id,
+                        error,
+                    },
+                    None,
+                ),
                 Command::Info(sections) => (CoreCommand::Report, Some(sections)),
                 Command::RewriteLog => (CoreCommand::RewriteLog, None),
                 Command::ConfigSet(pairs) => (CoreCommand::Configure(pairs), None),
@@ -103,7 +130,12 @@ where
             self.core.call(for_core).await
         };
         self.log_slow_core(&slots, requests, &answer.slow);
-        requests.clear();
+        if after == After::Continue {
+            requests.drain(..taken);
+        } else {
+            // Requests after QUIT or SHUTDOWN are not run.
+            requests.clear();
+        }
 
         let mut answers = answer.answers.into_iter();
         for slot in slots {
@@ -111,10 +143,19 @@ where
                 Slot::Ready(protocol, reply) => (protocol, reply),
                 Slot::Core(protocol, _, info) => {
                     let answer = answers.next().expect("one answer per command");
-                    if matches!(answer, CoreAnswer::Configured(Ok(()))) {
-                        // Off the core: the connections waiting for their
-                        // clients read the new settings.
-                        self.shared.clients.reconfigured();
+                    match answer {
+                        CoreAnswer::Configured(Ok(())) => {
+                            // Off the core: the connections waiting for
+                            // their clients read the new settings.
+                            self.shared.clients.reconfigured();
+                        }
+                        CoreAnswer::Blocked(outcome) => {
+                            // The last slot: its reply comes later.
+                            self.blocked = Some(Blocked { outcome, protocol });
+                            self.client.meta().blocked = true;
+                            continue;
+                        }
+                        _ => {}
                     }
                     (protocol, words::answer(answer, info, &self.shared))
                 }
@@ -162,10 +203,16 @@ where
             Command::Quit => return (Some(Reply::OK), After::Close),
             Command::Shutdown => return (None, After::Shutdown),
             Command::Lease(_)
+            | Command::AcquireBlocking { .. }
+            | Command::Waiters(_)
+            | Command::ClientUnblock { .. }
             | Command::Info(_)
             | Command::RewriteLog
             | Command::ConfigSet(_)
             | Command::ConfigResetStat => unreachable!("the core answers these"),
+            Command::Ping(message) if self.subscribed_pong(None).is_some() => {
+                self.subscribed_pong(message).expect("subscribed")
+            }
             Command::Ping(None) => Reply::Status("PONG"),
             Command::Ping(Some(message)) | Command::Echo(message) => Reply::Bulk(message),
             Command::Hello {
@@ -186,7 +233,25 @@ where
                     .auth(&requirepass, username.as_deref(), &password);
                 done.map(|()| Reply::OK).unwrap_or_else(|e| e)
             }
+            Command::Subscribe(kind, names) => self.subscribe(kind, names),
+            Command::Unsubscribe(kind, names) => self.unsubscribe(kind, names),
+            Command::PubsubChannels(pattern) => Reply::Array(
+                (self.shared.pubsub.channels(pattern.as_deref()).into_iter())
+                    .map(Reply::Bulk)
+                    .collect(),
+            ),
+            Command::PubsubNumsub(channels) => Reply::Array(
+                channels
+                    .into_iter()
+                    .flat_map(|channel| {
+                        let count = self.shared.pubsub.subscribers(&channel) as i64;
+                        [Reply::Bulk(channel), Reply::Int(count)]
+                    })
+                    .collect(),
+            ),
+            Command::PubsubNumpat => Reply::Int(self.shared.pubsub.pattern_count() as i64),
             Command::Reset => {
+                self.unsubscribe_all();
                 self.session.reset(&self.shared.config().requirepass);
                 self.monitor = None;
                 self.client.meta().monitor = false;
@@ -271,7 +336,7 @@ where
             .iter()
             .filter(|client| match filter {
                 ClientFilter::All => true,
-                ClientFilter::NormalOnly(normal) => *normal,
+                ClientFilter::OfKind(kind) => client.kind() == *kind,
                 ClientFilter::Ids(ids) => ids.contains(&client.id),
             })
             .map(|client| client.describe())

@@ -8,8 +8,15 @@
 //!
 //! Reading goes on while replies wait to be written: a client that sends a
 //! large burst before reading anything must not deadlock against us.
+//!
+//! A blocked acquire (`LEASE.ACQUIRE ... BLOCK`) holds the connection as
+//! in Redis: its reply comes when the core grants the run (or the wait
+//! ends), and the requests the client pipelined after it run only then.
+//! Between requests the connection also passes on what it is fed: lease
+//! events for a subscriber (`pubsub`), commands for a monitor.
 
 mod handlers;
+mod pubsub;
 mod session;
 mod words;
 
@@ -23,17 +30,20 @@ use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::io::{poll_read_buf, poll_write_buf};
 use tracing::{debug, warn};
 
 use crate::command::CommandName;
 use crate::config::Config;
-use crate::core::CoreHandle;
+use crate::core::{CoreCommand, CoreHandle, Granted};
 use crate::monitor::MonitorFeed;
-use crate::reply::Reply;
+use crate::pubsub::Message;
+use crate::reply::{Protocol, Reply};
 use crate::request::{Limits, RequestDecoder};
 use crate::state::{ClientEntry, Shared};
+use pubsub::Subscriber;
 use session::Session;
 
 /// Bytes requested from the socket per read.
@@ -67,6 +77,29 @@ pub struct Connection<S = TcpStream> {
     unflushed: bool,
     /// In `MONITOR` mode: the feed of commands run by every client.
     monitor: Option<MonitorFeed>,
+    /// Waiting for a blocked acquire's outcome.
+    blocked: Option<Blocked>,
+    /// Once it has subscribed: its subscriptions and their messages.
+    subscriber: Option<Subscriber>,
+}
+
+/// A blocked acquire: where its outcome comes from, and the protocol its
+/// request was read in.
+struct Blocked {
+    outcome: oneshot::Receiver<Granted>,
+    protocol: Protocol,
+}
+
+/// What one wait for the client, its output or its feeds ended with.
+enum Turn {
+    /// Go on; `true` if the client or its output did something.
+    Go(bool),
+    /// Stop now (killed, idle, or the read side failed).
+    Stop(io::Result<()>),
+    /// Write what is pending, then close: the client closed its side.
+    Close,
+    /// The server is shutting down: a last flush, briefly.
+    Shutdown,
 }
 
 /// What the connection does after a batch.
@@ -103,6 +136,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             over_soft_limit_since: None,
             unflushed: false,
             monitor: None,
+            blocked: None,
+            subscriber: None,
         }
     }
 
@@ -110,6 +145,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     pub async fn serve(mut self) {
         if let Err(error) = self.run().await {
             debug!("client {} closed: {error}", self.client.addr);
+        }
+        self.unsubscribe_all();
+        if self.blocked.take().is_some() {
+            // Leave the queue now rather than when the core next looks.
+            let client_id = self.client.id;
+            let unblock = CoreCommand::Unblock {
+                client_id,
+                error: false,
+            };
+            self.core.call(vec![unblock]).await;
         }
         self.shared.clients.unregister(self.client.id);
     }
@@ -138,15 +183,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 return Ok(());
             }
             // Before AUTH, one request at a time: an AUTH lifts the
-            // unauthenticated limits for the request after it.
+            // unauthenticated limits for the request after it. While
+            // blocked, nothing more runs.
             let was_authenticated = self.session.authenticated;
-            let decoded = if was_authenticated {
-                self.decoder.decode(&mut self.read_buf, &mut requests)
-            } else {
-                self.decoder.decode_one(&mut self.read_buf, &mut requests)
+            let blocked_before = self.blocked.is_some();
+            let decoded = match (blocked_before, was_authenticated) {
+                (true, _) => Ok(()),
+                (false, true) => self.decoder.decode(&mut self.read_buf, &mut requests),
+                (false, false) => self.decoder.decode_one(&mut self.read_buf, &mut requests),
             };
             let mut after = After::Continue;
-            let had_requests = !requests.is_empty();
+            let had_requests = !blocked_before && !requests.is_empty();
             if had_requests {
                 after = self.execute(&mut requests).await;
             }
@@ -191,62 +238,88 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
                 );
                 return Ok(());
             }
-            if !was_authenticated && had_requests && !self.read_buf.is_empty() {
-                // More may be complete already: decode before reading.
+            let more_now = !was_authenticated && had_requests && !self.read_buf.is_empty();
+            // Requests held behind a blocked acquire that was answered at
+            // once run now, before reading more.
+            let held = self.blocked.is_none() && !requests.is_empty();
+            if more_now || held {
                 continue;
             }
             self.read_buf.reserve(READ_CHUNK);
             self.report_status();
+            // Monitors, subscribers and blocked clients are never idle, as
+            // in Redis.
+            let idle_exempt = self.monitor.is_some() || self.blocked.is_some() || self.subscribed();
+            let idle_limit = idle_limit.filter(|_| !idle_exempt);
             if let Some(limit) = idle_limit {
                 idle.as_mut().reset(last_active + limit);
             }
             // Out of `self` while the select borrows it for the socket.
             let mut feed = self.monitor.take();
-            // Whether the client or its output did something.
-            let active = tokio::select! {
-                _ = &mut cancelled => {
-                    return tokio::time::timeout(FINAL_FLUSH, self.flush())
-                        .await
-                        .unwrap_or(Ok(()));
-                }
+            let mut blocked = self.blocked.take();
+            let mut subscriber = self.subscriber.take();
+            let turn = tokio::select! {
+                _ = &mut cancelled => Turn::Shutdown,
                 _ = &mut killed => {
                     debug!("Client {} closed by CLIENT KILL", self.client.addr);
-                    return Ok(());
+                    Turn::Stop(Ok(()))
                 }
                 // Settings changed: the next turn reads them (the idle
                 // timeout of a client that sends nothing).
                 _ = &mut reconfigured => {
                     reconfigured.set(client.reconfigured.notified());
-                    false
+                    Turn::Go(false)
                 }
-                // Monitors are never idle, as in Redis.
-                _ = &mut idle, if idle_limit.is_some() && feed.is_none() => {
+                _ = &mut idle, if idle_limit.is_some() => {
                     debug!("Closing idle client {}", self.client.addr);
-                    return Ok(());
+                    Turn::Stop(Ok(()))
+                }
+                outcome = next_outcome(blocked.as_mut()), if blocked.is_some() => {
+                    let protocol = blocked.take().map_or(Protocol::Resp2, |b| b.protocol);
+                    self.client.meta().blocked = false;
+                    words::granted(outcome.ok()).encode(protocol, &mut self.write_buf);
+                    Turn::Go(true)
+                }
+                Some(message) = next_message(subscriber.as_mut()), if subscriber.is_some() => {
+                    if let Some(subscriber) = &mut subscriber {
+                        self.take_messages(subscriber, message);
+                    }
+                    Turn::Go(false)
                 }
                 line = next_line(feed.as_mut()), if feed.is_some() => {
-                    if let Some(feed) = &mut feed
-                        && let Err(behind) = self.take_lines(feed, line)
-                    {
-                        warn!(
-                            "Closing monitor client {} that fell {behind} lines behind",
-                            self.client.addr
-                        );
-                        return Ok(());
+                    match feed.as_mut().map(|feed| self.take_lines(feed, line)) {
+                        Some(Err(behind)) => {
+                            warn!(
+                                "Closing monitor client {} that fell {behind} lines behind",
+                                self.client.addr
+                            );
+                            Turn::Stop(Ok(()))
+                        }
+                        _ => Turn::Go(true),
                     }
-                    true
                 }
-                read = std::future::poll_fn(|cx| self.poll_io(cx)) => {
-                    if read? == Some(0) {
-                        // The client closed its side; it may still read.
-                        return self.close().await;
-                    }
-                    true
-                }
+                read = std::future::poll_fn(|cx| self.poll_io(cx)) => match read {
+                    // The client closed its side; it may still read.
+                    Ok(Some(0)) => Turn::Close,
+                    Ok(_) => Turn::Go(true),
+                    Err(error) => Turn::Stop(Err(error)),
+                },
             };
             self.monitor = feed;
-            if active {
-                last_active = Instant::now();
+            self.blocked = blocked;
+            self.subscriber = subscriber;
+            match turn {
+                Turn::Go(true) => last_active = Instant::now(),
+                Turn::Go(false) => {}
+                Turn::Stop(result) => return result,
+                Turn::Close => return self.close().await,
+                Turn::Shutdown => {
+                    // A blocked client is never granted the run now.
+                    self.blocked = None;
+                    return tokio::time::timeout(FINAL_FLUSH, self.flush())
+                        .await
+                        .unwrap_or(Ok(()));
+                }
             }
         }
     }
@@ -349,7 +422,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
     /// for too long. Redis closes such a client without a reply, as it
     /// would never read one.
     fn over_output_limit(&mut self) -> bool {
-        let limit = self.shared.config().client_output_buffer_limit.normal;
+        let limits = self.shared.config().client_output_buffer_limit;
+        let limit = if self.subscribed() {
+            limits.pubsub
+        } else {
+            limits.normal
+        };
         let pending = self.write_buf.len() as u64;
         if limit.hard > 0 && pending > limit.hard {
             return true;
@@ -409,6 +487,23 @@ fn decoder_limits(config: &Config, authenticated: bool) -> Limits {
 /// reads the client's log.
 const QUERY_BUFFER_FULL: &str =
     "ERR Protocol error: query buffer limit reached (client-query-buffer-limit)";
+
+/// A blocked acquire's outcome; only polled while blocked. An error if
+/// the core has stopped.
+async fn next_outcome(blocked: Option<&mut Blocked>) -> Result<Granted, oneshot::error::RecvError> {
+    match blocked {
+        Some(blocked) => (&mut blocked.outcome).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The next message for a subscriber; only polled when it has subscribed.
+async fn next_message(subscriber: Option<&mut Subscriber>) -> Option<Message> {
+    match subscriber {
+        Some(subscriber) => subscriber.next().await,
+        None => std::future::pending().await,
+    }
+}
 
 /// The next line for a monitor; only polled when there is a feed.
 async fn next_line(feed: Option<&mut MonitorFeed>) -> Result<Bytes, RecvError> {

@@ -4,9 +4,9 @@
 use bytes::Bytes;
 
 use crate::aof::RewriteError;
-use crate::core::{CoreAnswer, Refusal};
+use crate::core::{CoreAnswer, Granted, Refusal};
 use crate::info;
-use crate::registry::{IdKind, Outcome};
+use crate::registry::{IdKind, Op, Outcome};
 use crate::reply::Reply;
 use crate::state::Shared;
 
@@ -30,6 +30,41 @@ pub fn answer(answer: CoreAnswer, info: Option<Vec<Bytes>>, shared: &Shared) -> 
         )),
         CoreAnswer::Configured(Ok(())) | CoreAnswer::Reset => Reply::OK,
         CoreAnswer::Configured(Err(error)) => Reply::error(format!("ERR {error}")),
+        CoreAnswer::Workers(workers) => {
+            Reply::Array(workers.into_iter().map(Reply::Bulk).collect())
+        }
+        CoreAnswer::Blocked(_) => unreachable!("the connection waits for a blocked acquire"),
+    }
+}
+
+/// The reply to a blocked acquire, once it ends; `None` if the core
+/// stopped first.
+pub fn granted(outcome: Option<Granted>) -> Reply {
+    match outcome {
+        Some(Granted::Lease(lease)) => Reply::lease(lease, None),
+        Some(Granted::TimedOut) => Reply::Null,
+        Some(Granted::Unblocked) => Reply::error("UNBLOCKED client unblocked via CLIENT UNBLOCK"),
+        Some(Granted::Refused(refusal)) => refusal_reply(&refusal),
+        Some(Granted::TokensExhausted) => outcome_reply(Outcome::TokensExhausted),
+        None => refusal_reply(&Refusal::ShuttingDown),
+    }
+}
+
+/// Why a lease command is refused before it reaches the core: an id
+/// longer than `lease-max-id-len`, a lock delay above
+/// `lease-max-lock-delay`.
+pub fn refused_op(op: &Op, max_id_len: usize, max_lock_delay: f64) -> Option<Reply> {
+    if let Some(kind) = op.oversized_id(max_id_len) {
+        return Some(id_too_long(kind, max_id_len));
+    }
+    match op {
+        Op::Acquire {
+            lock_delay: Some(delay),
+            ..
+        } if *delay > max_lock_delay => Some(Reply::error(format!(
+            "ERR lock delay is more than {max_lock_delay} seconds (lease-max-lock-delay)"
+        ))),
+        _ => None,
     }
 }
 
@@ -70,7 +105,7 @@ fn refusal_reply(refusal: &Refusal) -> Reply {
 }
 
 /// A run or worker id longer than `lease-max-id-len`.
-pub fn id_too_long(kind: IdKind, max: usize) -> Reply {
+fn id_too_long(kind: IdKind, max: usize) -> Reply {
     Reply::error(format!(
         "ERR {} id is longer than {max} bytes (lease-max-id-len)",
         kind.as_str()

@@ -20,13 +20,25 @@
 //! comes back without waking another thread, which on two cores gave about
 //! 60% more unpipelined acquires per second than a core thread of its own.
 //!
-//! Work that is not a client's request (reclaiming leases past retention,
-//! a log rewrite under way) is scheduled by the core's timer: it runs when
-//! due and no request is waiting, a bounded step at a time.
+//! Work that is not a client's request is scheduled by the core's timer:
+//! reclaiming leases past retention and a log rewrite under way, a bounded
+//! step at a time; and, as the server's clock passes a lease's expiry,
+//! handing its run to the first blocked acquire waiting for it
+//! (`handover`) and publishing `expired` (`publish`).
+//!
+//! The files: `task` (the loop, rounds of requests, background steps,
+//! commits), `apply` (one command: refusals, the registry, the non-lease
+//! commands), `handover` (blocked acquires and their queues, with
+//! `waiters`), `publish` (lease events to subscribers), `tokens` (the token
+//! ceiling), `report` (INFO's figures).
 
+mod apply;
+mod handover;
+mod publish;
 mod report;
 mod task;
 mod tokens;
+mod waiters;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -47,6 +59,7 @@ use tokens::Tokens;
 
 pub use report::{CommandStats, CoreReport};
 pub use tokens::{CeilingError, TOKEN_BLOCK};
+pub use waiters::Granted;
 
 /// Batches queued before connections wait for the core.
 const QUEUE_DEPTH: usize = 1024;
@@ -56,6 +69,19 @@ const QUEUE_DEPTH: usize = 1024;
 pub enum CoreCommand {
     /// A lease command, or `DBSIZE`.
     Op(Op),
+    /// `LEASE.ACQUIRE ... BLOCK`: the acquire (always on the server's
+    /// clock), how long it may wait (`None`: forever), and the client, for
+    /// `CLIENT UNBLOCK`.
+    AcquireBlocking {
+        op: Op,
+        timeout: Option<Duration>,
+        client_id: u64,
+    },
+    /// `LEASE.WAITERS run`.
+    Waiters(Bytes),
+    /// `CLIENT UNBLOCK id [TIMEOUT|ERROR]`, or a blocked client's
+    /// connection closing: the client leaves the queue it waits in.
+    Unblock { client_id: u64, error: bool },
     /// The figures INFO and the metrics endpoint render.
     Report,
     /// `BGREWRITEAOF`.
@@ -80,6 +106,10 @@ pub enum CoreAnswer {
     Configured(Result<(), SetError>),
     /// `CONFIG RESETSTAT` done.
     Reset,
+    /// A blocked acquire joined its run's queue: its outcome comes here.
+    Blocked(oneshot::Receiver<Granted>),
+    /// `LEASE.WAITERS`: the workers waiting, in queue order.
+    Workers(Vec<Bytes>),
 }
 
 /// Why a command was not applied.
@@ -185,6 +215,7 @@ pub fn start(
     let config = shared.config();
     let last_token = data_dir.read_ceiling().map_err(StartError::DataDir)?;
     let (mut registry, log) = load(&config, data_dir, last_token).map_err(StartError::Log)?;
+    registry.set_default_lock_delay(config.lease_lock_delay);
     warn_if_ahead(&registry, &config, shared.clock.now());
     let tokens =
         Tokens::start(data_dir.ceiling_writer(), registry.last_token()).map_err(|error| {

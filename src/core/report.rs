@@ -20,6 +20,8 @@ pub struct CoreReport {
     pub registry_time: f64,
     /// The TTL of acquires without a `TTL` option.
     pub lease_ttl: f64,
+    /// Clients waiting in a blocked acquire.
+    pub blocked_clients: usize,
     pub commands: CommandStats,
     /// The append-only log's state; `None` with `appendonly no`.
     pub log: Option<LogStatus>,

@@ -9,16 +9,14 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{error, info};
 
-use super::report::{CommandStats, CoreReport};
+use super::report::CommandStats;
 use super::tokens::Tokens;
+use super::waiters::{Granted, Waiter, Waiters};
 use super::{Answer, Batch, CoreAnswer, CoreCommand, Refusal};
 use crate::aof::{Commit, Log, RewriteStep, WriteError};
-use crate::config::SetError;
-use crate::logging;
 use crate::registry::{Change, Op, Registry};
 use crate::slowlog::Stopwatch;
 use crate::state::Shared;
-use crate::system;
 
 /// The most batches applied between two rounds of replies.
 const MAX_DRAIN: usize = 512;
@@ -32,14 +30,30 @@ const RECLAIM_STEP: usize = 256;
 const REWRITE_NAP: Duration = Duration::from_millis(1);
 
 pub(super) struct Core {
-    registry: Registry,
+    pub(super) registry: Registry,
     /// The append-only log; `None` with `appendonly no`.
-    log: Option<Log>,
-    tokens: Tokens,
-    stats: CommandStats,
-    shared: Arc<Shared>,
+    pub(super) log: Option<Log>,
+    pub(super) tokens: Tokens,
+    pub(super) stats: CommandStats,
+    pub(super) shared: Arc<Shared>,
     /// While a rewrite waits on its writer thread, when to look again.
     rewrite_retry: Option<Instant>,
+    /// Blocked acquires, per run.
+    pub(super) waiters: Waiters,
+    /// Runs handed to waiters, whose replies go out once the grants are
+    /// committed to the log.
+    pub(super) grants: Vec<(Waiter, Granted)>,
+    /// When expiries were last announced (`publish`).
+    pub(super) last_announce: Option<Instant>,
+}
+
+/// What every command of one round is applied with.
+pub(super) struct Round {
+    /// The server's clock, read once per round.
+    pub clock: f64,
+    pub max_skew: f64,
+    /// Set while the log cannot be written: changes are refused.
+    pub log_failure: Option<Refusal>,
 }
 
 impl Core {
@@ -56,6 +70,9 @@ impl Core {
             stats: CommandStats::default(),
             shared,
             rewrite_retry: None,
+            waiters: Waiters::default(),
+            grants: Vec::new(),
+            last_announce: None,
         }
     }
 
@@ -67,6 +84,7 @@ impl Core {
         let mut batches = Vec::with_capacity(MAX_DRAIN);
         let timer = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(timer);
+        let shared = self.shared.clone();
         loop {
             let due = self.next_due();
             if let Some(when) = due {
@@ -81,6 +99,8 @@ impl Core {
                     self.serve(&mut batches).await;
                 }
                 () = &mut timer, if due.is_some() => {}
+                // Someone subscribed: expiries are announced from now on.
+                () = shared.pubsub.started() => self.watch(self.shared.clock.now()),
             }
             if self.next_due().is_some_and(|when| when <= Instant::now()) {
                 self.background_step().await;
@@ -94,19 +114,44 @@ impl Core {
     }
 
     /// When background work is next due: now while leases wait to be
-    /// reclaimed or a rewrite has encoding to do, a little later while a
-    /// rewrite waits on its writer, never while there is none. (Waiters and
-    /// expiry events will add the next lease expiry here.)
+    /// reclaimed, grants to be sent or a rewrite has encoding to do; when
+    /// a waited-for run may be free, a waiter's timeout runs out or an
+    /// expiry is to be announced; a little later while a rewrite waits on
+    /// its writer; never while there is none.
     fn next_due(&self) -> Option<Instant> {
-        if self.registry.reclaim_due() {
+        if self.registry.reclaim_due() || !self.grants.is_empty() {
             return Some(Instant::now());
         }
         let rewriting = self.log.as_ref().is_some_and(Log::rewriting);
-        rewriting.then(|| self.rewrite_retry.unwrap_or_else(Instant::now))
+        let rewrite = rewriting.then(|| self.rewrite_retry.unwrap_or_else(Instant::now));
+        let free = self.waiters.next_free().map(|at| self.instant_at(at));
+        [
+            rewrite,
+            free,
+            self.waiters.next_deadline(),
+            self.next_announce(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// The moment the server's clock (or registry time, if ahead) reaches
+    /// `seconds`: a millisecond late rather than early, as the clock is
+    /// read to the millisecond.
+    pub(super) fn instant_at(&self, seconds: f64) -> Instant {
+        let now = self.shared.clock.now().max(self.registry.time());
+        if seconds <= now {
+            return Instant::now();
+        }
+        let wait = (seconds - now).min(86_400.0);
+        Instant::now() + Duration::from_secs_f64(wait) + Duration::from_millis(1)
     }
 
     /// One bounded step of each kind of background work that is due.
     async fn background_step(&mut self) {
+        let round = self.round();
+        self.watch(round.clock);
         if self.registry.reclaim_due() {
             self.reclaim().await;
         }
@@ -119,6 +164,14 @@ impl Core {
                 RewriteStep::Progress | RewriteStep::Idle => None,
             };
         }
+        self.time_out_waiters();
+        self.announce(&round);
+        self.serve_waiters(&round);
+        if !self.grants.is_empty() {
+            self.log_changes();
+            let committed = self.commit(Commit::Replies).await;
+            self.send_grants(&committed);
+        }
     }
 
     /// Reclaims up to [`RECLAIM_STEP`] leases past retention and logs
@@ -127,6 +180,7 @@ impl Core {
         let op = Op::Reclaim { max: RECLAIM_STEP };
         let outcome = self.registry.apply(&op, self.shared.clock.now());
         self.stats.record(&op, Some(&outcome));
+        self.publish();
         self.free_retired();
         self.log_changes();
         if let Err(error) = self.commit(Commit::Background).await {
@@ -135,15 +189,23 @@ impl Core {
         }
     }
 
-    /// Applies every drained batch, commits their changes, then answers
-    /// them all.
+    /// The settings of a round, read once.
+    fn round(&self) -> Round {
+        let config = self.shared.config();
+        Round {
+            clock: self.shared.clock.now(),
+            max_skew: config.lease_max_skew,
+            log_failure: self.log.as_ref().and_then(Log::failure).map(Refusal::Log),
+        }
+    }
+
+    /// Applies every drained batch, hands freed runs to their waiters,
+    /// commits the changes, then answers them all.
     async fn serve(&mut self, batches: &mut Vec<Batch>) {
         self.tokens.poll();
-        let clock = self.shared.clock.now();
-        let config = self.shared.config();
-        let (slower_than, max_skew) = (config.slowlog_log_slower_than, config.lease_max_skew);
-        drop(config);
-        let refusal = self.log.as_ref().and_then(Log::failure).map(Refusal::Log);
+        let round = self.round();
+        self.watch(round.clock);
+        let slower_than = self.shared.config().slowlog_log_slower_than;
         let mut stopwatch = Stopwatch::start(slower_than);
         let mut answers = Vec::with_capacity(batches.len());
         for batch in batches.drain(..) {
@@ -156,9 +218,15 @@ impl Core {
             let mut changed = Vec::new();
             for command in batch.commands {
                 let done = match command {
-                    CoreCommand::Op(op) => self.apply(&op, clock, max_skew, refusal.as_ref()),
+                    CoreCommand::Op(op) => self.apply(&op, &round),
+                    CoreCommand::AcquireBlocking {
+                        op,
+                        timeout,
+                        client_id,
+                    } => self.acquire_blocking(op, timeout, client_id, &round),
                     other => self.execute(other),
                 };
+                self.publish();
                 if let Some(took) = stopwatch.as_mut().and_then(Stopwatch::lap) {
                     answer.slow.push((answer.answers.len(), took));
                 }
@@ -169,7 +237,10 @@ impl Core {
             }
             answers.push((batch.reply, answer, changed));
         }
-        if let Err(error) = self.commit(Commit::Replies).await {
+        self.serve_waiters(&round);
+        self.log_changes();
+        let committed = self.commit(Commit::Replies).await;
+        if let Err(error) = &committed {
             for (_, answer, changed) in &mut answers {
                 for &index in changed.iter() {
                     answer.answers[index] = CoreAnswer::Refused(Refusal::Log(error.clone()));
@@ -180,113 +251,9 @@ impl Core {
             // A client that went away no longer needs its answers.
             let _ = reply.send(answer);
         }
+        self.send_grants(&committed);
         self.tokens.reserve_ahead(self.registry.last_token());
         self.rewrite_when_grown();
-    }
-
-    /// Applies a client's lease command at `clock`, unless it must be
-    /// refused.
-    fn apply(
-        &mut self,
-        op: &Op,
-        clock: f64,
-        max_skew: f64,
-        log_failure: Option<&Refusal>,
-    ) -> CoreAnswer {
-        if let Some(refusal) = self.refusal(op, clock, max_skew, log_failure) {
-            self.stats.record(op, None);
-            return CoreAnswer::Refused(refusal);
-        }
-        let outcome = self.registry.apply(op, clock);
-        self.stats.record(op, Some(&outcome));
-        CoreAnswer::Outcome(outcome)
-    }
-
-    /// Why `op` must not be applied, if it must not: a change while the log
-    /// is failing, a `now` too far ahead of the clock, an acquire while the
-    /// next token cannot be made durable.
-    fn refusal(
-        &mut self,
-        op: &Op,
-        clock: f64,
-        max_skew: f64,
-        log_failure: Option<&Refusal>,
-    ) -> Option<Refusal> {
-        if let Some(failure) = log_failure
-            && op.changes_leases()
-        {
-            return Some(failure.clone());
-        }
-        if let Some(now) = op.explicit_now()
-            && max_skew > 0.0
-            && now > clock + max_skew
-        {
-            return Some(Refusal::FutureNow { max_skew });
-        }
-        if let Op::Acquire { .. } = op
-            && let Err(error) = self.tokens.allow_next(self.registry.last_token())
-        {
-            return Some(Refusal::Ceiling(error));
-        }
-        None
-    }
-
-    /// The commands that are not lease commands.
-    fn execute(&mut self, command: CoreCommand) -> CoreAnswer {
-        match command {
-            CoreCommand::Op(_) => unreachable!("lease commands are applied"),
-            CoreCommand::Report => CoreAnswer::Report(Box::new(self.report())),
-            CoreCommand::RewriteLog => match &mut self.log {
-                None => CoreAnswer::Refused(Refusal::NoLog),
-                Some(log) => CoreAnswer::Rewrite(log.start_rewrite(&self.registry)),
-            },
-            CoreCommand::Configure(pairs) => CoreAnswer::Configured(self.configure(&pairs)),
-            CoreCommand::ResetStats => {
-                self.stats = CommandStats::default();
-                self.shared.stats.reset();
-                CoreAnswer::Reset
-            }
-        }
-    }
-
-    fn report(&self) -> CoreReport {
-        CoreReport {
-            leases: self.registry.len(),
-            expired: self.registry.expired_count(),
-            last_token: self.registry.last_token(),
-            token_ceiling: self.tokens.ceiling(),
-            registry_time: self.registry.time(),
-            lease_ttl: self.registry.default_ttl(),
-            commands: self.stats.clone(),
-            log: self.log.as_ref().map(Log::status),
-        }
-    }
-
-    /// `CONFIG SET`: the new configuration, whole or not at all; the core
-    /// applies what it owns (the registry's TTL and retention, the log's
-    /// fsync and rewrite settings), then every reader sees the new one.
-    fn configure(&mut self, pairs: &[(bytes::Bytes, bytes::Bytes)]) -> Result<(), SetError> {
-        let old = self.shared.config();
-        let pairs: Vec<(&[u8], &[u8])> = pairs.iter().map(|(n, v)| (&n[..], &v[..])).collect();
-        let new = old.set(&pairs)?;
-        self.registry.set_default_ttl(new.lease_ttl);
-        self.registry.set_retention(new.lease_retention);
-        if let Some(log) = &mut self.log {
-            log.set_fsync(new.appendfsync);
-            log.set_rewrite_thresholds(
-                new.auto_aof_rewrite_percentage,
-                new.auto_aof_rewrite_min_size,
-            );
-        }
-        if new.loglevel != old.loglevel {
-            logging::set_level(new.loglevel);
-        }
-        if new.maxclients > old.maxclients {
-            system::raise_open_files_limit(new.maxclients);
-        }
-        drop(old);
-        self.shared.set_config(new);
-        Ok(())
     }
 
     /// Frees the index tables a resize replaced on a thread of its own:
@@ -304,7 +271,7 @@ impl Core {
 
     /// Moves the registry's recorded changes into the log; true if any of
     /// them changed leases (not only registry time).
-    fn log_changes(&mut self) -> bool {
+    pub(super) fn log_changes(&mut self) -> bool {
         let Some(log) = &mut self.log else {
             return false;
         };
@@ -333,7 +300,8 @@ impl Core {
     }
 
     /// Flushes the log, then stores the last token issued as the ceiling,
-    /// so a restart continues right after it.
+    /// so a restart continues right after it. Waiters still queued are
+    /// dropped: their connections are closing with the server.
     async fn finish(mut self) {
         if let Some(mut log) = self.log.take() {
             for change in self.registry.take_changes() {

@@ -30,16 +30,20 @@
 //! durable (the ceiling reserved on disk) is the caller's job.
 
 mod arena;
+mod change;
+mod events;
 mod index;
 mod op;
 mod table;
 
+pub use change::{Change, LeaseRecord};
+pub use events::{Event, EventKind};
 pub use index::Retired;
 pub use op::{IdKind, Op, Outcome};
 
 use bytes::Bytes;
 
-use table::{LeaseTable, Slot};
+use table::{LeaseTable, NewLease, Slot};
 
 /// A lease as the registry reports it.
 #[derive(Clone, Debug, PartialEq)]
@@ -66,56 +70,6 @@ impl Lease {
     }
 }
 
-/// A change to the registry's state, as the append-only log records it.
-/// Every change sets state outright instead of relative to what was there,
-/// so replaying one whose effect is already present changes nothing: a
-/// snapshot taken while changes go on, followed by those changes, gives
-/// the right state.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Change {
-    /// The run's current lease is this one, replacing any it had.
-    Put {
-        run_id: Bytes,
-        worker_id: Bytes,
-        fencing_token: u64,
-        expires_at: f64,
-        ttl: f64,
-    },
-    /// The lease with this token, if there is one, expires at `expires_at`.
-    Extend { fencing_token: u64, expires_at: f64 },
-    /// The lease with this token, if there is one, is gone.
-    Remove { fencing_token: u64 },
-    /// Registry time is at least this.
-    Time(f64),
-    /// The last token issued is at least this. Snapshots carry it because a
-    /// released lease no longer shows its token.
-    LastToken(u64),
-}
-
-/// A lease as a snapshot reads it, borrowed from the registry: written to
-/// the log as a `Put` without copying its ids.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct LeaseRecord<'a> {
-    pub run_id: &'a [u8],
-    pub worker_id: &'a [u8],
-    pub fencing_token: u64,
-    pub expires_at: f64,
-    pub ttl: f64,
-}
-
-impl LeaseRecord<'_> {
-    /// The `Put` change that recreates this lease.
-    pub fn to_change(&self) -> Change {
-        Change::Put {
-            run_id: Bytes::copy_from_slice(self.run_id),
-            worker_id: Bytes::copy_from_slice(self.worker_id),
-            fencing_token: self.fencing_token,
-            expires_at: self.expires_at,
-            ttl: self.ttl,
-        }
-    }
-}
-
 /// An acquire found the run free but every token up to [`MAX_TOKEN`] has
 /// been issued.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,11 +87,19 @@ pub struct Registry {
     time: f64,
     /// TTL in seconds of leases acquired without a `TTL` option.
     default_ttl: f64,
+    /// Lock delay in seconds of leases acquired without a `LOCKDELAY`
+    /// option.
+    default_lock_delay: f64,
     /// Seconds an expired lease stays releasable; infinite keeps it forever.
     retention: f64,
     /// Changes since the last [`Registry::take_changes`], if recording.
     changes: Vec<Change>,
     recording: bool,
+    /// Events since the last [`Registry::take_events`], while emitting.
+    events: Vec<Event>,
+    emitting: bool,
+    /// Every expiry up to this time has been announced as an event.
+    announced: f64,
 }
 
 impl Registry {
@@ -150,10 +112,19 @@ impl Registry {
             last_token,
             time: f64::NEG_INFINITY,
             default_ttl,
+            default_lock_delay: 0.0,
             retention: f64::INFINITY,
             changes: Vec::new(),
             recording: false,
+            events: Vec::new(),
+            emitting: false,
+            announced: f64::NEG_INFINITY,
         }
+    }
+
+    /// The lock delay of later acquires without a `LOCKDELAY` option.
+    pub fn set_default_lock_delay(&mut self, seconds: f64) {
+        self.default_lock_delay = seconds;
     }
 
     /// The TTL of later acquires without a `TTL` option; leases already
@@ -192,6 +163,8 @@ impl Registry {
         if now > self.time {
             self.time = now;
             self.record(|| Change::Time(now));
+            // Registry time passing an expiry announces it, as the clock does.
+            self.announce_expired(now);
         }
         self.time
     }
@@ -246,7 +219,8 @@ impl Registry {
         self.leases.take_retired()
     }
 
-    /// Takes a lease on `run_id` if it has none or its lease has expired.
+    /// Takes a lease on `run_id` if it has none or its lease has expired
+    /// (and its lock delay has passed), with the default lock delay.
     /// `Ok(None)` when the run is held; a failed acquire issues no token.
     pub fn acquire(
         &mut self,
@@ -255,36 +229,90 @@ impl Registry {
         now: f64,
         ttl: Option<f64>,
     ) -> Result<Option<Lease>, TokensExhausted> {
+        self.acquire_with(run_id, worker_id, now, ttl, None)
+    }
+
+    /// [`Registry::acquire`] with a lock delay of its own (`None`: the
+    /// default): after the new lease *expires*, the run stays closed until
+    /// `expires_at + lock_delay`; a release frees it at once.
+    pub fn acquire_with(
+        &mut self,
+        run_id: &[u8],
+        worker_id: &[u8],
+        now: f64,
+        ttl: Option<f64>,
+        lock_delay: Option<f64>,
+    ) -> Result<Option<Lease>, TokensExhausted> {
         let now = self.advance_time(now);
-        // A lease past retention is expired too: taken over like any other.
         let previous = self.leases.find_run(run_id);
-        if previous.is_some_and(|slot| self.leases.get(slot).expires_at > now) {
+        if previous.is_some_and(|slot| self.closed(slot, now)) {
             return Ok(None);
         }
         let fencing_token = self.next_token()?;
-        let ttl = ttl.unwrap_or(self.default_ttl);
-        let expires_at = now + ttl;
-        match previous {
-            Some(slot) => self
-                .leases
-                .replace(slot, worker_id, fencing_token, expires_at, ttl),
-            None => self
-                .leases
-                .insert(run_id, worker_id, fencing_token, expires_at, ttl),
+        if let Some(slot) = previous {
+            self.emit_if_expired(slot, now);
         }
-        self.record(|| Change::Put {
-            run_id: Bytes::copy_from_slice(run_id),
-            worker_id: Bytes::copy_from_slice(worker_id),
+        let lease = NewLease {
+            worker_id,
             fencing_token,
-            expires_at,
-            ttl,
-        });
+            expires_at: now + ttl.unwrap_or(self.default_ttl),
+            ttl: ttl.unwrap_or(self.default_ttl),
+            lock_delay: lock_delay.unwrap_or(self.default_lock_delay),
+        };
+        let slot = match previous {
+            Some(slot) => {
+                self.leases.replace(slot, &lease);
+                slot
+            }
+            None => self.leases.insert(run_id, &lease),
+        };
+        self.record_put(run_id, &lease);
+        self.emit(EventKind::Acquired, slot);
+        if lease.expires_at <= self.announced {
+            // Taken on a clock behind the server's: already expired there.
+            self.emit(EventKind::Expired, slot);
+        }
         Ok(Some(Lease {
             run_id: Bytes::copy_from_slice(run_id),
             worker_id: Bytes::copy_from_slice(worker_id),
             fencing_token,
-            expires_at,
+            expires_at: lease.expires_at,
         }))
+    }
+
+    /// Whether the lease in `slot` keeps its run from being acquired at
+    /// `now`: it has not expired, or its lock delay has not passed since
+    /// (a lease past retention is gone, lock delay or not).
+    fn closed(&self, slot: u32, now: f64) -> bool {
+        let expires_at = self.leases.get(slot).expires_at;
+        let lock_delay = self.leases.lock_delay(slot);
+        expires_at > now || (now < expires_at + lock_delay && !self.past_retention(slot))
+    }
+
+    fn record_put(&mut self, run_id: &[u8], lease: &NewLease) {
+        if !self.recording {
+            return;
+        }
+        self.changes.push(Change::Put {
+            run_id: Bytes::copy_from_slice(run_id),
+            worker_id: Bytes::copy_from_slice(lease.worker_id),
+            fencing_token: lease.fencing_token,
+            expires_at: lease.expires_at,
+            ttl: lease.ttl,
+        });
+        if lease.lock_delay > 0.0 {
+            self.changes.push(Change::LockDelay {
+                fencing_token: lease.fencing_token,
+                lock_delay: lease.lock_delay,
+            });
+        }
+    }
+
+    /// When the run's current lease stops keeping it closed: its
+    /// `expires_at` plus its lock delay; `None` when the run is free.
+    pub fn free_at(&self, run_id: &[u8]) -> Option<f64> {
+        let slot = self.current_by_run(run_id)?;
+        Some(self.leases.get(slot).expires_at + self.leases.lock_delay(slot))
     }
 
     /// Extends the current, unexpired lease with this id and token by its
@@ -333,12 +361,20 @@ impl Registry {
     /// Removes the lease if it is still its run's current lease, expired or
     /// not (within retention). Carries no `now`, so time does not move.
     pub fn release(&mut self, lease_id: &[u8], fencing_token: u64) -> bool {
+        self.release_at(lease_id, fencing_token, self.time)
+    }
+
+    /// [`Registry::release`] at the server's `clock`, which only decides
+    /// whether an `expired` event is due first.
+    pub(super) fn release_at(&mut self, lease_id: &[u8], fencing_token: u64, clock: f64) -> bool {
         let Some(slot) = self.current_by_token(fencing_token) else {
             return false;
         };
         if !id_matches(lease_id, self.leases.get(slot)) {
             return false;
         }
+        self.emit_if_expired(slot, clock.max(self.time));
+        self.emit(EventKind::Released, slot);
         self.leases.remove(slot);
         self.record(|| Change::Remove { fencing_token });
         true
@@ -397,6 +433,8 @@ impl Registry {
 
     fn reclaim_slot(&mut self, slot: u32) {
         let fencing_token = self.leases.get(slot).fencing_token;
+        self.emit_if_expired(slot, self.time);
+        self.emit(EventKind::Reclaimed, slot);
         self.leases.remove(slot);
         self.record(|| Change::Remove { fencing_token });
     }
@@ -411,51 +449,6 @@ impl Registry {
     fn current_by_token(&self, fencing_token: u64) -> Option<u32> {
         let slot = self.leases.find_token(fencing_token)?;
         (!self.past_retention(slot)).then_some(slot)
-    }
-
-    /// Applies a change read back from the log. Changes set state outright,
-    /// so applying one whose effect is already present changes nothing.
-    /// Tokens and time only ever grow. Nothing is recorded.
-    pub fn replay(&mut self, change: Change) {
-        match change {
-            Change::Put {
-                run_id,
-                worker_id,
-                fencing_token,
-                expires_at,
-                ttl,
-            } => {
-                self.last_token = self.last_token.max(fencing_token);
-                if let Some(slot) = self.leases.find_token(fencing_token) {
-                    // Only a replayed log can put a token twice; the newer wins.
-                    self.leases.remove(slot);
-                }
-                match self.leases.find_run(&run_id) {
-                    Some(slot) => {
-                        self.leases
-                            .replace(slot, &worker_id, fencing_token, expires_at, ttl)
-                    }
-                    None => self
-                        .leases
-                        .insert(&run_id, &worker_id, fencing_token, expires_at, ttl),
-                }
-            }
-            Change::Extend {
-                fencing_token,
-                expires_at,
-            } => {
-                if let Some(slot) = self.leases.find_token(fencing_token) {
-                    self.leases.set_expiry(slot, expires_at);
-                }
-            }
-            Change::Remove { fencing_token } => {
-                if let Some(slot) = self.leases.find_token(fencing_token) {
-                    self.leases.remove(slot);
-                }
-            }
-            Change::Time(time) => self.time = self.time.max(time),
-            Change::LastToken(token) => self.last_token = self.last_token.max(token),
-        }
     }
 
     /// The leases in slots `from..`, visiting at most `max` slots; returns
@@ -477,6 +470,7 @@ impl Registry {
                     fencing_token: entry.fencing_token,
                     expires_at: entry.expires_at,
                     ttl: entry.ttl,
+                    lock_delay: self.leases.lock_delay(slot as u32),
                 });
             }
         }

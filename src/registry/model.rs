@@ -15,6 +15,8 @@ pub struct ModelLease {
     pub token: u64,
     pub expires_at: f64,
     pub ttl: f64,
+    /// After it expires, the run stays closed this long.
+    pub lock_delay: f64,
     /// Neither released nor taken over.
     pub current: bool,
 }
@@ -50,6 +52,7 @@ pub struct Model {
     pub last_token: u64,
     pub time: f64,
     pub default_ttl: f64,
+    pub default_lock_delay: f64,
     /// Seconds an expired lease stays; infinite keeps it forever.
     pub retention: f64,
 }
@@ -61,6 +64,7 @@ impl Model {
             last_token,
             time: f64::NEG_INFINITY,
             default_ttl,
+            default_lock_delay: 0.0,
             retention: f64::INFINITY,
         }
     }
@@ -119,9 +123,10 @@ impl Model {
                 worker_id,
                 now,
                 ttl,
+                lock_delay,
             } => {
                 let t = self.see(now.unwrap_or(clock));
-                self.acquire(run_id, worker_id, t, *ttl)
+                self.acquire(run_id, worker_id, t, *ttl, *lock_delay)
             }
             Op::Heartbeat {
                 lease_id,
@@ -166,14 +171,25 @@ impl Model {
                     (l.lease(), l.expires_at <= t)
                 }))
             }
-            Op::Scan { .. } | Op::DbSize | Op::Reclaim { .. } => return None,
+            Op::Scan { .. } | Op::DbSize | Op::Reclaim { .. } | Op::AnnounceExpired => {
+                return None;
+            }
         })
     }
 
-    fn acquire(&mut self, run: &[u8], worker: &[u8], t: f64, ttl: Option<f64>) -> Outcome {
+    fn acquire(
+        &mut self,
+        run: &[u8],
+        worker: &[u8],
+        t: f64,
+        ttl: Option<f64>,
+        lock_delay: Option<f64>,
+    ) -> Outcome {
+        // A current lease keeps its run until it expires, and after an
+        // expiry for its lock delay (a lease past retention is not current).
         let previous = self.current_of(run);
         if let Some(i) = previous
-            && self.issued[i].expires_at > t
+            && self.issued[i].expires_at + self.issued[i].lock_delay > t
         {
             return Outcome::Acquired(None);
         }
@@ -191,6 +207,7 @@ impl Model {
             token: self.last_token,
             expires_at: t + ttl,
             ttl,
+            lock_delay: lock_delay.unwrap_or(self.default_lock_delay),
             current: true,
         };
         let outcome = Outcome::Acquired(Some(new.lease()));

@@ -25,6 +25,8 @@ pub enum Op {
         worker_id: Bytes,
         now: Option<f64>,
         ttl: Option<f64>,
+        /// `None`: the default lock delay.
+        lock_delay: Option<f64>,
     },
     Heartbeat {
         lease_id: Bytes,
@@ -60,6 +62,10 @@ pub enum Op {
     Reclaim {
         max: usize,
     },
+    /// Announces, while events are made, the leases that expired by
+    /// `max(clock, registry time)`: time passing, with no command. It
+    /// does not move registry time.
+    AnnounceExpired,
 }
 
 /// What an [`Op`] did.
@@ -151,10 +157,14 @@ impl Registry {
                 worker_id,
                 now,
                 ttl,
-            } => match self.acquire(run_id, worker_id, now.unwrap_or(clock), *ttl) {
-                Ok(lease) => Outcome::Acquired(lease),
-                Err(TokensExhausted) => Outcome::TokensExhausted,
-            },
+                lock_delay,
+            } => {
+                let now = now.unwrap_or(clock);
+                match self.acquire_with(run_id, worker_id, now, *ttl, *lock_delay) {
+                    Ok(lease) => Outcome::Acquired(lease),
+                    Err(TokensExhausted) => Outcome::TokensExhausted,
+                }
+            }
             Op::Heartbeat {
                 lease_id,
                 token,
@@ -169,7 +179,9 @@ impl Registry {
                 let at = self.read_time(*now, clock);
                 Outcome::Flag(self.validate_at(run_id, lease_id, *token, at))
             }
-            Op::Release { lease_id, token } => Outcome::Flag(self.release(lease_id, *token)),
+            Op::Release { lease_id, token } => {
+                Outcome::Flag(self.release_at(lease_id, *token, clock))
+            }
             Op::Get { run_id, now } => {
                 let at = self.read_time(*now, clock);
                 Outcome::Got(self.get_at(run_id, at))
@@ -181,6 +193,7 @@ impl Registry {
             } => self.scan_matching(*cursor, pattern.as_deref(), *count),
             Op::DbSize => Outcome::Count(self.len()),
             Op::Reclaim { max } => Outcome::Reclaimed(self.reclaim(*max)),
+            Op::AnnounceExpired => Outcome::Count(self.announce_expired(clock.max(self.time()))),
         }
     }
 

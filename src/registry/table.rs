@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 
-use hashbrown::DefaultHashBuilder;
+use hashbrown::{DefaultHashBuilder, HashMap};
 
 use super::arena::{Arena, Vacancy};
 use super::index::{Retired, SlotIndex};
@@ -166,6 +166,17 @@ fn end_of(second: i64, list: &Second) -> f64 {
     }
 }
 
+/// A lease to put in a slot: everything but its run id.
+#[derive(Clone, Copy, Debug)]
+pub struct NewLease<'a> {
+    pub worker_id: &'a [u8],
+    pub fencing_token: u64,
+    pub expires_at: f64,
+    pub ttl: f64,
+    /// 0 for none.
+    pub lock_delay: f64,
+}
+
 #[derive(Debug, Default)]
 pub struct LeaseTable {
     slots: Arena<Slot>,
@@ -175,6 +186,9 @@ pub struct LeaseTable {
     hasher: DefaultHashBuilder,
     /// Each second of `expires_at` that has leases, with its list.
     expiry: BTreeMap<i64, Second>,
+    /// The lock delays of the slots that have one: few leases do, so they
+    /// are kept beside the slots rather than in each.
+    lock_delays: HashMap<u32, f64>,
 }
 
 impl LeaseTable {
@@ -209,24 +223,18 @@ impl LeaseTable {
         })
     }
 
-    /// Adds a lease for a run that has none.
-    pub fn insert(
-        &mut self,
-        run_id: &[u8],
-        worker_id: &[u8],
-        fencing_token: u64,
-        expires_at: f64,
-        ttl: f64,
-    ) {
+    /// Adds a lease for a run that has none; returns its slot.
+    pub fn insert(&mut self, run_id: &[u8], lease: &NewLease) -> u32 {
         let slot = self.slots.take();
         *self.slots.get_mut(slot) = Slot {
-            ids: Ids::new(run_id, worker_id),
-            fencing_token,
-            expires_at,
-            ttl,
+            ids: Ids::new(run_id, lease.worker_id),
+            fencing_token: lease.fencing_token,
+            expires_at: lease.expires_at,
+            ttl: lease.ttl,
             prev: NIL,
             next: NIL,
         };
+        self.set_lock_delay(slot, lease.lock_delay);
         self.len += 1;
         let hash = self.hasher.hash_one(run_id);
         let (slots, hasher) = (&self.slots, &self.hasher);
@@ -235,24 +243,19 @@ impl LeaseTable {
         self.index_token(slot);
         self.link(slot);
         self.resize_step();
+        slot
     }
 
     /// Gives the run in `slot` a new lease (a takeover), keeping the slot.
-    pub fn replace(
-        &mut self,
-        slot: u32,
-        worker_id: &[u8],
-        fencing_token: u64,
-        expires_at: f64,
-        ttl: f64,
-    ) {
+    pub fn replace(&mut self, slot: u32, lease: &NewLease) {
         self.unindex_token(slot);
         self.unlink(slot);
         let entry = self.slots.get_mut(slot);
-        entry.ids = Ids::new(entry.ids.split().0, worker_id);
-        entry.fencing_token = fencing_token;
-        entry.expires_at = expires_at;
-        entry.ttl = ttl;
+        entry.ids = Ids::new(entry.ids.split().0, lease.worker_id);
+        entry.fencing_token = lease.fencing_token;
+        entry.expires_at = lease.expires_at;
+        entry.ttl = lease.ttl;
+        self.set_lock_delay(slot, lease.lock_delay);
         self.index_token(slot);
         self.link(slot);
         self.resize_step();
@@ -273,7 +276,21 @@ impl LeaseTable {
         self.link(slot);
     }
 
+    /// The lock delay of the lease in `slot`; 0 for none.
+    pub fn lock_delay(&self, slot: u32) -> f64 {
+        self.lock_delays.get(&slot).copied().unwrap_or(0.0)
+    }
+
+    pub fn set_lock_delay(&mut self, slot: u32, lock_delay: f64) {
+        if lock_delay > 0.0 {
+            self.lock_delays.insert(slot, lock_delay);
+        } else {
+            self.lock_delays.remove(&slot);
+        }
+    }
+
     pub fn remove(&mut self, slot: u32) {
+        self.lock_delays.remove(&slot);
         self.unindex_token(slot);
         self.unlink(slot);
         let hash = self.hasher.hash_one(self.slots.get(slot).run_id());
@@ -323,6 +340,55 @@ impl LeaseTable {
             }
         }
         count
+    }
+
+    /// Visits every lease with `after < expires_at <= up_to`, second by
+    /// second, in no order within a second.
+    pub fn visit_expiring(&self, after: f64, up_to: f64, mut visit: impl FnMut(u32)) {
+        if up_to <= after {
+            return;
+        }
+        for (&second, list) in self.expiry.range(second_of(after)..=second_of(up_to)) {
+            if list.max <= after || list.min > up_to || end_of(second, list) <= after {
+                continue;
+            }
+            let mut slot = list.head;
+            while slot != NIL {
+                let entry = self.slots.get(slot);
+                if after < entry.expires_at && entry.expires_at <= up_to {
+                    visit(slot);
+                }
+                slot = entry.next;
+            }
+        }
+    }
+
+    /// The earliest `expires_at` above `after`, if any lease has one, or
+    /// a time between `after` and it: a second's earliest is known without
+    /// a walk, and a long list part of which is past `after` is not walked
+    /// (the caller looks again at the lower bound). For scheduling.
+    pub fn next_expiry_above(&self, after: f64) -> Option<f64> {
+        const WALK_AT_MOST: u32 = 256;
+        let (_, list) = self
+            .expiry
+            .range(second_of(after)..)
+            .find(|(_, list)| list.max > after)?;
+        if list.min > after {
+            return Some(list.min);
+        }
+        if list.count > WALK_AT_MOST {
+            return Some(after);
+        }
+        let mut earliest = list.max;
+        let mut slot = list.head;
+        while slot != NIL {
+            let entry = self.slots.get(slot);
+            if entry.expires_at > after {
+                earliest = earliest.min(entry.expires_at);
+            }
+            slot = entry.next;
+        }
+        Some(earliest)
     }
 
     /// The index tables that resizes have replaced since the last call.
@@ -415,6 +481,17 @@ impl LeaseTable {
 mod tests {
     use super::*;
 
+    fn put(table: &mut LeaseTable, run: &[u8], worker: &[u8], token: u64, at: f64, ttl: f64) {
+        let lease = NewLease {
+            worker_id: worker,
+            fencing_token: token,
+            expires_at: at,
+            ttl,
+            lock_delay: 0.0,
+        };
+        table.insert(run, &lease);
+    }
+
     #[test]
     fn a_slot_is_56_bytes() {
         assert_eq!(std::mem::size_of::<Ids>(), 24);
@@ -441,14 +518,21 @@ mod tests {
     fn freed_slots_are_reused_lowest_first_and_the_end_shrinks() {
         let mut table = LeaseTable::default();
         for i in 0..200u64 {
-            table.insert(format!("r{i}").as_bytes(), b"w", i + 1, i as f64, 1.0);
+            put(
+                &mut table,
+                format!("r{i}").as_bytes(),
+                b"w",
+                i + 1,
+                i as f64,
+                1.0,
+            );
         }
         for token in [150u64, 10, 70] {
             let slot = table.find_token(token).unwrap();
             table.remove(slot);
         }
-        table.insert(b"new-1", b"w", 1001, 0.0, 1.0);
-        table.insert(b"new-2", b"w", 1002, 0.0, 1.0);
+        put(&mut table, b"new-1", b"w", 1001, 0.0, 1.0);
+        put(&mut table, b"new-2", b"w", 1002, 0.0, 1.0);
         assert_eq!(table.find_run(b"new-1"), Some(9));
         assert_eq!(table.find_run(b"new-2"), Some(69));
         for token in 100..=200u64 {
@@ -468,9 +552,9 @@ mod tests {
     #[test]
     fn the_expiry_index_finds_the_earliest_and_counts_expired() {
         let mut table = LeaseTable::default();
-        table.insert(b"a", b"w", 1, 10.5, 1.0);
-        table.insert(b"b", b"w", 2, 10.2, 1.0);
-        table.insert(b"c", b"w", 3, 3.0, 1.0);
+        put(&mut table, b"a", b"w", 1, 10.5, 1.0);
+        put(&mut table, b"b", b"w", 2, 10.2, 1.0);
+        put(&mut table, b"c", b"w", 3, 3.0, 1.0);
         assert_eq!(table.earliest(), Some((3, 2)));
         assert_eq!(table.count_expired(10.3), 2);
         assert_eq!(table.count_expired(2.9), 0);
@@ -499,7 +583,14 @@ mod tests {
             assert_eq!(table.find_run(run.as_bytes()), Some(slot));
         };
         for token in 1..=50_000u64 {
-            table.insert(format!("run:{token}").as_bytes(), b"w", token, 10.0, 1.0);
+            put(
+                &mut table,
+                format!("run:{token}").as_bytes(),
+                b"w",
+                token,
+                10.0,
+                1.0,
+            );
             if table.by_run.resizing() != was_resizing {
                 was_resizing = !was_resizing;
                 resized += usize::from(!was_resizing);
@@ -525,7 +616,7 @@ mod tests {
         // Changes drive the resizing: a few heartbeats' worth of churn.
         for round in 0..2_000u64 {
             let token = 100_000 + round;
-            table.insert(b"churn", b"w", token, 10.0, 1.0);
+            put(&mut table, b"churn", b"w", token, 10.0, 1.0);
             table.remove(table.find_token(token).unwrap());
         }
         assert!(
@@ -537,5 +628,59 @@ mod tests {
         for token in (1000..=50_000u64).step_by(1000) {
             check(&table, token);
         }
+    }
+
+    #[test]
+    fn expiring_leases_are_visited_by_range_and_the_next_one_found() {
+        let mut table = LeaseTable::default();
+        for (token, at) in [(1, 10.5), (2, 10.2), (3, 3.0), (4, 12.0), (5, 10.9)] {
+            put(
+                &mut table,
+                format!("r{token}").as_bytes(),
+                b"w",
+                token,
+                at,
+                1.0,
+            );
+        }
+        let tokens = |after: f64, up_to: f64| {
+            let mut seen = Vec::new();
+            table.visit_expiring(after, up_to, |slot| {
+                seen.push(table.get(slot).fencing_token)
+            });
+            seen.sort();
+            seen
+        };
+        assert_eq!(tokens(f64::NEG_INFINITY, 3.0), [3]);
+        assert_eq!(tokens(3.0, 10.5), [1, 2]);
+        assert_eq!(tokens(10.5, 12.0), [4, 5]);
+        assert_eq!(tokens(12.0, 100.0), Vec::<u64>::new());
+        assert_eq!(table.next_expiry_above(f64::NEG_INFINITY), Some(3.0));
+        assert_eq!(table.next_expiry_above(3.0), Some(10.2));
+        assert_eq!(table.next_expiry_above(10.5), Some(10.9));
+        assert_eq!(table.next_expiry_above(12.0), None);
+    }
+
+    #[test]
+    fn lock_delays_go_with_their_slot() {
+        let mut table = LeaseTable::default();
+        put(&mut table, b"a", b"w", 1, 10.0, 1.0);
+        let slot = table.find_token(1).unwrap();
+        assert_eq!(table.lock_delay(slot), 0.0);
+        table.set_lock_delay(slot, 5.0);
+        assert_eq!(table.lock_delay(slot), 5.0);
+        let takeover = NewLease {
+            worker_id: b"x",
+            fencing_token: 2,
+            expires_at: 20.0,
+            ttl: 1.0,
+            lock_delay: 0.0,
+        };
+        table.replace(slot, &takeover);
+        assert_eq!(table.lock_delay(slot), 0.0);
+        table.set_lock_delay(slot, 2.0);
+        table.remove(slot);
+        put(&mut table, b"b", b"w", 3, 10.0, 1.0);
+        assert_eq!(table.lock_delay(table.find_token(3).unwrap()), 0.0);
     }
 }

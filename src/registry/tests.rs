@@ -51,6 +51,7 @@ fn acq(run: &str, worker: &str, now: f64, ttl: Option<f64>) -> Op {
         worker_id: bytes(worker),
         now: Some(now),
         ttl,
+        lock_delay: None,
     }
 }
 
@@ -715,6 +716,7 @@ fn writes_without_now_move_registry_time_to_the_clock() {
         worker_id: bytes("w"),
         now: None,
         ttl: None,
+        lock_delay: None,
     };
     assert_eq!(
         registry.apply(&acquire, 100.0),
@@ -910,6 +912,7 @@ enum Step {
         worker: Index,
         dt: f64,
         ttl: Option<f64>,
+        lock_delay: Option<f64>,
         explicit: bool,
     },
     Heartbeat {
@@ -984,6 +987,11 @@ fn lease_ref() -> impl Strategy<Value = Ref> {
     ]
 }
 
+/// Mostly the default lock delay, sometimes one of a few seconds.
+fn lock_delay() -> impl Strategy<Value = Option<f64>> {
+    prop::option::weighted(0.3, select(vec![0.0, 0.5, 2.0, 7.5]))
+}
+
 /// Mostly explicit `now`, as the contract's examples use it.
 fn explicit() -> impl Strategy<Value = bool> {
     prop::bool::weighted(0.7)
@@ -991,8 +999,10 @@ fn explicit() -> impl Strategy<Value = bool> {
 
 fn lease_step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        4 => (any::<Index>(), any::<Index>(), dt(), ttl(), explicit()).prop_map(
-            |(run, worker, dt, ttl, explicit)| Step::Acquire { run, worker, dt, ttl, explicit }
+        4 => (any::<Index>(), any::<Index>(), dt(), ttl(), lock_delay(), explicit()).prop_map(
+            |(run, worker, dt, ttl, lock_delay, explicit)| {
+                Step::Acquire { run, worker, dt, ttl, lock_delay, explicit }
+            }
         ),
         3 => (lease_ref(), dt(), explicit())
             .prop_map(|(lease, dt, explicit)| Step::Heartbeat { lease, dt, explicit }),
@@ -1063,12 +1073,14 @@ fn resolve(step: &Step, model: &Model, now: &mut f64) -> (Op, f64) {
             worker,
             dt,
             ttl,
+            lock_delay,
             explicit,
         } => Op::Acquire {
             run_id: Bytes::from_static(RUNS[run.index(RUNS.len())]),
             worker_id: Bytes::from_static(WORKERS[worker.index(WORKERS.len())]),
             now: tick(*dt, *explicit),
             ttl: *ttl,
+            lock_delay: *lock_delay,
         },
         Step::Heartbeat {
             lease,
@@ -1142,7 +1154,7 @@ fn check_against_model(
 }
 
 /// A lease as a snapshot reads it: run, worker, token, expiry, TTL.
-type Held = (Bytes, Bytes, u64, f64, f64);
+type Held = (Bytes, Bytes, u64, f64, f64, f64);
 
 /// Every lease a registry holds, in token order, for comparing state.
 fn dump(registry: &Registry) -> Vec<Held> {
@@ -1156,6 +1168,7 @@ fn dump(registry: &Registry) -> Vec<Held> {
                 e.fencing_token,
                 e.expires_at,
                 e.ttl,
+                e.lock_delay,
             ))
         });
     }
@@ -1208,11 +1221,11 @@ fn check_changes_rebuild_state(
             index
         );
         if let Some(from) = cursor {
-            cursor = live.snapshot(from, chunk, |lease| snapshot.push(lease.to_change()));
+            cursor = live.snapshot(from, chunk, |lease| snapshot.extend(lease.to_changes()));
         }
     }
     while let Some(from) = cursor {
-        cursor = live.snapshot(from, chunk, |lease| snapshot.push(lease.to_change()));
+        cursor = live.snapshot(from, chunk, |lease| snapshot.extend(lease.to_changes()));
     }
     let mut rebuilt = Registry::new(3.0, 0);
     for change in snapshot.into_iter().chain(since_start) {
@@ -1225,7 +1238,7 @@ fn check_changes_rebuild_state(
     let mut all = Vec::new();
     let mut from = Some(0);
     while let Some(at) = from {
-        from = live.snapshot(at, 7, |lease| all.push(lease.to_change()));
+        from = live.snapshot(at, 7, |lease| all.extend(lease.to_changes()));
     }
     for change in all.iter().chain(all.iter()) {
         again.replay(change.clone());

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::command::{CommandName, KillFilter};
+use crate::command::{ClientKind, CommandName, KillFilter};
 use crate::reply::Protocol;
 
 /// The connected clients, for `CLIENT LIST` and `INFO clients`.
@@ -48,6 +48,11 @@ pub struct ClientMeta {
     pub protocol: Option<Protocol>,
     /// In `MONITOR` mode.
     pub monitor: bool,
+    /// Waiting in a `LEASE.ACQUIRE ... BLOCK`.
+    pub blocked: bool,
+    /// Channels and patterns subscribed to.
+    pub channels: usize,
+    pub patterns: usize,
     /// Time since `connected` of the last batch of requests.
     pub last_active: Duration,
     pub last_command: Option<CommandName>,
@@ -133,8 +138,9 @@ impl ClientEntry {
             want.as_ref()
                 .is_none_or(|want| want[..] == *addr.to_string().as_bytes())
         };
-        let spared = filter.nobody || (filter.skip_me && self.id == me);
+        let spared = filter.skip_me && self.id == me;
         !spared
+            && filter.kind.is_none_or(|kind| kind == self.kind())
             && filter.id.is_none_or(|id| id == self.id)
             && addr_is(&filter.addr, self.addr)
             && addr_is(&filter.laddr, self.local_addr)
@@ -143,10 +149,20 @@ impl ClientEntry {
                 .is_none_or(|age| self.connected.elapsed().as_secs() > age)
     }
 
+    /// The client's type: `pubsub` while it is subscribed to something.
+    pub fn kind(&self) -> ClientKind {
+        let meta = self.meta();
+        if meta.channels + meta.patterns > 0 {
+            ClientKind::PubSub
+        } else {
+            ClientKind::Normal
+        }
+    }
+
     /// One line of `CLIENT LIST` / `CLIENT INFO`, with every field of
     /// Redis 7's format: client libraries parse the numeric ones. Fields for
-    /// features leased does not have (pub/sub, MULTI, redirection) hold the
-    /// values Redis shows when they are unused.
+    /// features leased does not have (shard channels, MULTI, redirection)
+    /// hold the values Redis shows when they are unused.
     pub fn describe(&self) -> String {
         let meta = self.meta();
         let text = |value: &Option<Bytes>| {
@@ -162,7 +178,7 @@ impl ClientEntry {
             .map_or("NULL".to_string(), |name| name.to_string());
         let total_memory = meta.query_buf_capacity + meta.output_capacity;
         format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db=0 sub=0 psub=0 \
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db=0 sub={} psub={} \
              ssub=0 multi=-1 qbuf={} qbuf-free={} argv-mem=0 multi-mem=0 rbs={} rbp={} obl=0 \
              oll=0 omem={} tot-mem={} events=r cmd={} user=default redir=-1 resp={} \
              lib-name={} lib-ver={}\n",
@@ -173,7 +189,9 @@ impl ClientEntry {
             text(&meta.name),
             age.as_secs(),
             idle.as_secs(),
-            if meta.monitor { "O" } else { "N" },
+            flags(&meta),
+            meta.channels,
+            meta.patterns,
             meta.query_buf,
             meta.query_buf_capacity - meta.query_buf,
             meta.query_buf_capacity,
@@ -186,4 +204,23 @@ impl ClientEntry {
             text(&meta.lib_ver),
         )
     }
+}
+
+/// `CLIENT LIST`'s flags, in Redis's order: `O` monitor, `P` subscribed,
+/// `b` blocked; `N` for none.
+fn flags(meta: &ClientMeta) -> String {
+    let mut flags = String::new();
+    for (set, flag) in [
+        (meta.monitor, 'O'),
+        (meta.channels + meta.patterns > 0, 'P'),
+        (meta.blocked, 'b'),
+    ] {
+        if set {
+            flags.push(flag);
+        }
+    }
+    if flags.is_empty() {
+        flags.push('N');
+    }
+    flags
 }

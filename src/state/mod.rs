@@ -1,6 +1,6 @@
 //! What every connection, the core and the views share: the running
-//! configuration, the client table, the counters, the clock, the slow log
-//! and the monitor feed.
+//! configuration, the client table, the counters, the clock, the slow log,
+//! the monitor feed and the pub/sub subscriptions.
 //!
 //! This layer imports nothing above it (no connection, core, server, INFO
 //! or metrics), so those can all depend on it without depending on each
@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::monitor::Monitors;
+use crate::pubsub::PubSub;
 use crate::slowlog::SlowLog;
 
 pub use clients::{ClientEntry, ClientMeta, ClientTable};
@@ -39,6 +40,8 @@ pub struct Shared {
     pub stats: Stats,
     /// The connections in `MONITOR` mode, and the feed of commands to them.
     pub monitors: Monitors,
+    /// Subscriptions to lease events.
+    pub pubsub: PubSub,
     pub slowlog: SlowLog,
     /// Cancelled to shut the server down.
     pub shutdown: CancellationToken,
@@ -61,6 +64,7 @@ impl Shared {
             clients: ClientTable::default(),
             stats: Stats::new(),
             monitors: Monitors::default(),
+            pubsub: PubSub::default(),
             slowlog: SlowLog::default(),
             shutdown: CancellationToken::new(),
             clock,

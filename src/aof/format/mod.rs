@@ -25,7 +25,11 @@
 //! | 3 | `Remove` | `fencing_token: u64` | 9 |
 //! | 4 | `Time` | `time: f64` | 9 |
 //! | 5 | `LastToken` | `last_token: u64` | 9 |
+//! | 6 | `LockDelay` | `fencing_token: u64`, `lock_delay: f64` | 17 |
 //!
+//! A `LockDelay` record follows the `Put` of a lease whose lock delay is
+//! not 0 (type 6 came with lock delays; a log without lock delays has
+//! none, and reads as it did before).
 //! Ids are arbitrary bytes. Type 0 is never used, so a payload of zeros
 //! never decodes; every other type byte is unknown.
 //!
@@ -45,6 +49,8 @@
 //!   require.
 //! - `time`: any value but NaN and +∞. Registry time is the latest finite
 //!   `now` seen, or -∞ before the first one.
+//! - `lock_delay`: finite and greater than 0, as `LOCKDELAY` and
+//!   `lease-lock-delay` allow (0 is never written).
 //!
 //! # Reading
 //!
@@ -109,10 +115,11 @@ const EXTEND: u8 = 2;
 const REMOVE: u8 = 3;
 const TIME: u8 = 4;
 const LAST_TOKEN: u8 = 5;
+const LOCK_DELAY: u8 = 6;
 
 /// A `Put` payload with empty ids: type, two id lengths, token, two times.
 const PUT_FIXED_LEN: u64 = 1 + 4 + 4 + 8 + 8 + 8;
-/// Type and token, then `expires_at`.
+/// Type and token, then `expires_at` (Extend) or `lock_delay` (LockDelay).
 const EXTEND_LEN: usize = 1 + 8 + 8;
 /// Type and one `u64` or `f64`: Remove, Time and LastToken.
 const ONE_FIELD_LEN: usize = 1 + 8;
@@ -132,7 +139,7 @@ pub fn payload_len(change: &Change) -> u64 {
         Change::Put {
             run_id, worker_id, ..
         } => PUT_FIXED_LEN + run_id.len() as u64 + worker_id.len() as u64,
-        Change::Extend { .. } => EXTEND_LEN as u64,
+        Change::Extend { .. } | Change::LockDelay { .. } => EXTEND_LEN as u64,
         Change::Remove { .. } | Change::Time(_) | Change::LastToken(_) => ONE_FIELD_LEN as u64,
     }
 }
@@ -165,6 +172,8 @@ pub fn encode(change: &Change, out: &mut BytesMut) {
                 fencing_token: *fencing_token,
                 expires_at: *expires_at,
                 ttl: *ttl,
+                // Its own record: the Put is encoded alone.
+                lock_delay: 0.0,
             },
             out,
         ),
@@ -188,11 +197,20 @@ pub fn encode(change: &Change, out: &mut BytesMut) {
             out.put_u8(LAST_TOKEN);
             out.put_u64_le(*token);
         }),
+        Change::LockDelay {
+            fencing_token,
+            lock_delay,
+        } => frame(len, out, |out| {
+            out.put_u8(LOCK_DELAY);
+            out.put_u64_le(*fencing_token);
+            out.put_f64_le(*lock_delay);
+        }),
     }
 }
 
 /// Appends one framed Put record for a lease borrowed from the registry
-/// (what a snapshot writes), without copying its ids first.
+/// (what a snapshot writes), without copying its ids first, and its
+/// LockDelay record when it has a lock delay.
 ///
 /// # Panics
 ///
@@ -217,6 +235,15 @@ pub fn encode_lease(lease: &LeaseRecord<'_>, out: &mut BytesMut) {
         out.put_f64_le(lease.expires_at);
         out.put_f64_le(lease.ttl);
     });
+    if lease.lock_delay > 0.0 {
+        encode(
+            &Change::LockDelay {
+                fencing_token: lease.fencing_token,
+                lock_delay: lease.lock_delay,
+            },
+            out,
+        );
+    }
 }
 
 /// The records of one commit round, as the log writes them: every change
@@ -511,6 +538,7 @@ fn check_shape(start: &[u8], len: usize) -> Result<(), String> {
     let (name, expected) = match kind {
         PUT => return check_put_shape(start, len as u64),
         EXTEND => ("an extend", EXTEND_LEN),
+        LOCK_DELAY => ("a lock-delay", EXTEND_LEN),
         REMOVE => ("a remove", ONE_FIELD_LEN),
         TIME => ("a time", ONE_FIELD_LEN),
         LAST_TOKEN => ("a last-token", ONE_FIELD_LEN),
@@ -622,6 +650,10 @@ fn decode(payload: &[u8]) -> Result<Change, String> {
         },
         TIME => Change::Time(fields.f64()?),
         LAST_TOKEN => Change::LastToken(fields.u64()?),
+        LOCK_DELAY => Change::LockDelay {
+            fencing_token: fields.u64()?,
+            lock_delay: fields.f64()?,
+        },
         other => return Err(format!("unknown record type {other}")),
     };
     if !fields.rest.is_empty() {
@@ -668,6 +700,18 @@ fn check_values(change: &Change) -> Result<(), String> {
         Change::LastToken(token) => {
             if token > MAX_TOKEN {
                 return Err(format!("last token {token} is above 2^63-1"));
+            }
+            Ok(())
+        }
+        Change::LockDelay {
+            fencing_token,
+            lock_delay,
+        } => {
+            check_token(fencing_token)?;
+            if !(lock_delay.is_finite() && lock_delay > 0.0) {
+                return Err(format!(
+                    "lock delay is {lock_delay}: not a finite number of seconds above 0"
+                ));
             }
             Ok(())
         }

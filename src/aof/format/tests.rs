@@ -567,10 +567,20 @@ fn payloads_that_pass_their_checksum_but_do_not_decode_are_corrupt() {
         out.extend(expires_at.to_le_bytes());
         out
     };
+    let lock_delay = |token: u64, seconds: f64| {
+        let mut out = payload_of(6, token.to_le_bytes());
+        out.extend(seconds.to_le_bytes());
+        out
+    };
     let too_big = MAX_TOKEN + 1;
     let cases: Vec<(Vec<u8>, &str)> = vec![
         (vec![0; 9], "unknown record type 0"),
-        (payload_of(6, [0; 8]), "unknown record type 6"),
+        (payload_of(7, [0; 8]), "unknown record type 7"),
+        (payload_of(6, [1; 8]), "lock-delay record is 17 bytes long, not 9"),
+        (lock_delay(1, 0.0), "lock delay is 0"),
+        (lock_delay(1, -2.0), "lock delay is -2"),
+        (lock_delay(1, f64::NAN), "lock delay is NaN"),
+        (lock_delay(0, 1.0), "fencing token 0 "),
         (vec![255], "unknown record type 255"),
         (extend(1, 1.0)[..16].to_vec(), "17 bytes long, not 16"),
         (
