@@ -137,15 +137,12 @@ impl Core {
     }
 
     /// The moment the server's clock (or registry time, if ahead) reaches
-    /// `seconds`: a millisecond late rather than early, as the clock is
-    /// read to the millisecond.
+    /// `seconds`.
     pub(super) fn instant_at(&self, seconds: f64) -> Instant {
-        let now = self.shared.clock.now().max(self.registry.time());
-        if seconds <= now {
+        if seconds <= self.registry.time() {
             return Instant::now();
         }
-        let wait = (seconds - now).min(86_400.0);
-        Instant::now() + Duration::from_secs_f64(wait) + Duration::from_millis(1)
+        self.shared.clock.when(seconds)
     }
 
     /// One bounded step of each kind of background work that is due.

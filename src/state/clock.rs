@@ -6,7 +6,7 @@
 //! with paused time moves the server's clock with `tokio::time::advance`
 //! instead of sleeping.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
@@ -25,6 +25,28 @@ impl Clock {
         Clock::Tokio {
             start: system_seconds(),
             origin: Instant::now(),
+        }
+    }
+
+    /// The instant of tokio's clock at which [`Clock::now`] first reads
+    /// `seconds` or more, for timers that wait for the clock: the start of
+    /// the first millisecond at or after `seconds` (a value a hair under
+    /// a millisecond, from arithmetic on floats, counts as it). For the
+    /// system clock it is as good as the moment it is asked, and a little
+    /// late rather than early, so a timer never wakes to find it early.
+    pub fn when(&self, seconds: f64) -> Instant {
+        const LONGEST: f64 = 86_400.0;
+        let target = (seconds * 1000.0 - 0.001).ceil() / 1000.0;
+        match self {
+            Clock::System => {
+                let ahead = (target - system_seconds()).clamp(0.0, LONGEST);
+                Instant::now() + Duration::from_secs_f64(ahead) + Duration::from_micros(50)
+            }
+            Clock::Tokio { start, origin } => {
+                let since_origin =
+                    (target - start).clamp(0.0, origin.elapsed().as_secs_f64() + LONGEST);
+                *origin + Duration::from_secs_f64(since_origin) + Duration::from_micros(1)
+            }
         }
     }
 
@@ -57,5 +79,37 @@ mod tests {
         assert_eq!(clock.now(), before);
         tokio::time::advance(std::time::Duration::from_millis(2500)).await;
         assert!((clock.now() - before - 2.5).abs() < 0.002);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timer_set_for_a_time_wakes_when_the_clock_reads_it() {
+        let clock = Clock::following_tokio();
+        let at = clock.now() + 1.5;
+        let when = clock.when(at);
+        tokio::time::sleep_until(when).await;
+        assert!(clock.now() >= at);
+        // The same clock a millisecond behind reads less: the timer was
+        // not late by a whole millisecond.
+        let early = Clock::Tokio {
+            start: clock_start(&clock),
+            origin: clock_origin(&clock) + std::time::Duration::from_millis(1),
+        };
+        assert!(early.now() < at);
+        // A time already passed is now.
+        assert!(clock.when(at - 10.0) <= Instant::now());
+    }
+
+    fn clock_start(clock: &Clock) -> f64 {
+        match clock {
+            Clock::Tokio { start, .. } => *start,
+            Clock::System => unreachable!(),
+        }
+    }
+
+    fn clock_origin(clock: &Clock) -> Instant {
+        match clock {
+            Clock::Tokio { origin, .. } => *origin,
+            Clock::System => unreachable!(),
+        }
     }
 }
