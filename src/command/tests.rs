@@ -263,7 +263,9 @@ fn syntax_lines_come_from_the_table() {
         .into_iter()
         .map(|(_, line)| line)
         .collect();
-    assert!(lines.contains(&"LEASE.ACQUIRE run worker [now] [TTL seconds] [LOCKDELAY seconds] [BLOCK ms]".to_string()));
+    assert!(lines.contains(
+        &"LEASE.ACQUIRE run worker [now] [TTL seconds] [LOCKDELAY seconds] [BLOCK ms]".to_string()
+    ));
     assert!(lines.contains(&"LEASE.HEARTBEAT lease_id token [now]".to_string()));
     assert!(lines.contains(&"LEASE.VALIDATE run lease_id token [now]".to_string()));
     assert!(lines.contains(&"LEASE.RELEASE lease_id token".to_string()));

@@ -576,7 +576,10 @@ fn payloads_that_pass_their_checksum_but_do_not_decode_are_corrupt() {
     let cases: Vec<(Vec<u8>, &str)> = vec![
         (vec![0; 9], "unknown record type 0"),
         (payload_of(7, [0; 8]), "unknown record type 7"),
-        (payload_of(6, [1; 8]), "lock-delay record is 17 bytes long, not 9"),
+        (
+            payload_of(6, [1; 8]),
+            "lock-delay record is 17 bytes long, not 9",
+        ),
         (lock_delay(1, 0.0), "lock delay is 0"),
         (lock_delay(1, -2.0), "lock delay is -2"),
         (lock_delay(1, f64::NAN), "lock delay is NaN"),
