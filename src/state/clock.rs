@@ -37,6 +37,9 @@ impl Clock {
     pub fn when(&self, seconds: f64) -> Instant {
         const LONGEST: f64 = 86_400.0;
         let target = (seconds * 1000.0 - 0.001).ceil() / 1000.0;
+        if self.now() >= target {
+            return Instant::now();
+        }
         match self {
             Clock::System => {
                 let ahead = (target - system_seconds()).clamp(0.0, LONGEST);
@@ -95,8 +98,11 @@ mod tests {
             origin: clock_origin(&clock) + std::time::Duration::from_millis(1),
         };
         assert!(early.now() < at);
-        // A time already passed is now.
+        // A time already reached is now, for either kind of clock.
+        assert!(clock.when(at) <= Instant::now());
         assert!(clock.when(at - 10.0) <= Instant::now());
+        let system = Clock::System;
+        assert!(system.when(system.now()) <= Instant::now());
     }
 
     fn clock_start(clock: &Clock) -> f64 {
