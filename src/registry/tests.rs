@@ -1383,3 +1383,118 @@ proptest! {
         check_batching(&steps, &ends)?;
     }
 }
+
+// ---------------------------------------------------------------
+// Lock delays and events
+// ---------------------------------------------------------------
+
+/// The events made since the last call, as `kind:token:worker@run`.
+fn events(registry: &mut Registry) -> Vec<String> {
+    registry
+        .take_events()
+        .map(|e| {
+            let worker = String::from_utf8_lossy(&e.worker_id).into_owned();
+            let run = String::from_utf8_lossy(&e.run_id).into_owned();
+            format!("{}:{}:{worker}@{run}", e.kind.as_str(), e.fencing_token)
+        })
+        .collect()
+}
+
+#[test]
+fn a_lock_delay_closes_the_run_after_an_expiry_only() {
+    let mut registry = registry();
+    let first = registry
+        .acquire_with(b"run", b"a", 0.0, Some(10.0), Some(5.0))
+        .unwrap()
+        .unwrap();
+    assert_eq!(registry.free_at(b"run"), Some(15.0));
+    assert_eq!(acquire(&mut registry, b"run", b"b", 12.0), None);
+    assert_eq!(acquire(&mut registry, b"run", b"b", 14.999), None);
+    let second = acquire(&mut registry, b"run", b"b", 15.0).unwrap();
+    assert_eq!(second.fencing_token, first.fencing_token + 1);
+    // The default lock delay applies to acquires without one; a release,
+    // even after the expiry, frees the run at once.
+    registry.set_default_lock_delay(30.0);
+    assert!(registry.release(b"run:b:2", 2));
+    let third = acquire(&mut registry, b"run", b"c", 15.0).unwrap();
+    assert_eq!(registry.free_at(b"run"), Some(55.0));
+    assert_eq!(acquire(&mut registry, b"run", b"d", 26.0), None);
+    assert!(registry.release(b"run:c:3", third.fencing_token));
+    assert!(acquire(&mut registry, b"run", b"d", 26.0).is_some());
+    // A lease past retention is gone, lock delay or not.
+    registry.set_retention(5.0);
+    assert_eq!(acquire(&mut registry, b"run", b"e", 40.0), None);
+    assert!(acquire(&mut registry, b"run", b"e", 41.0).is_some());
+}
+
+#[test]
+fn events_tell_each_transition_once_and_expired_first() {
+    let mut registry = registry();
+    acquire(&mut registry, b"quiet", b"w", 0.0).unwrap();
+    assert!(events(&mut registry).is_empty(), "none while not emitting");
+    registry.set_emitting(true, 1.0);
+    acquire(&mut registry, b"run", b"a", 1.0).unwrap();
+    assert_eq!(events(&mut registry), ["acquired:2:a@run"]);
+    // A heartbeat or a read makes none; time passing announces expiries,
+    // each once, up to the time given.
+    assert!(registry.heartbeat(b"run:a:2", 2, 2.0));
+    assert_eq!(
+        registry.apply(&get("run", 3.0), UNREAD),
+        Outcome::Got(Some((lease(b"run", b"a", 2, 12.0), false)))
+    );
+    assert!(events(&mut registry).is_empty());
+    assert_eq!(registry.next_unannounced_expiry(), Some(10.0));
+    assert_eq!(
+        registry.apply(&Op::AnnounceExpired, 10.5),
+        Outcome::Count(1)
+    );
+    assert_eq!(events(&mut registry), ["expired:1:w@quiet"]);
+    assert_eq!(registry.next_unannounced_expiry(), Some(12.0));
+    // A takeover past the expiry: `expired` before `acquired`.
+    acquire(&mut registry, b"run", b"b", 13.0).unwrap();
+    assert_eq!(
+        events(&mut registry),
+        ["expired:2:a@run", "acquired:3:b@run"]
+    );
+    // Released after its expiry (on the clock; registry time lags):
+    // `expired`, then `released`.
+    assert_eq!(
+        registry.apply(&rel("run:b:3", 3), 30.0),
+        Outcome::Flag(true)
+    );
+    assert_eq!(
+        events(&mut registry),
+        ["expired:3:b@run", "released:3:b@run"]
+    );
+    // Reclaimed: `reclaimed`, its expiry long announced.
+    registry.set_retention(1.0);
+    registry.advance_time(40.0);
+    assert_eq!(registry.reclaim(10), 1);
+    assert_eq!(events(&mut registry), ["reclaimed:1:w@quiet"]);
+    // Stopped, nothing more is made.
+    registry.set_emitting(false, 40.0);
+    acquire(&mut registry, b"other", b"w", 40.0).unwrap();
+    assert!(events(&mut registry).is_empty());
+}
+
+#[test]
+fn leases_behind_the_announced_time_are_announced_at_once() {
+    let mut registry = registry();
+    registry.set_emitting(true, 1_000.0);
+    // Taken on a clock far behind: already expired there.
+    acquire(&mut registry, b"run", b"a", 5.0).unwrap();
+    assert_eq!(
+        events(&mut registry),
+        ["acquired:1:a@run", "expired:1:a@run"]
+    );
+    // Registry time moving past an expiry announces it before what moved it.
+    registry.set_emitting(false, 0.0);
+    let mut registry = Registry::new(10.0, 0);
+    registry.set_emitting(true, 0.0);
+    acquire(&mut registry, b"x", b"a", 1.0).unwrap();
+    acquire(&mut registry, b"y", b"b", 20.0).unwrap();
+    assert_eq!(
+        events(&mut registry),
+        ["acquired:1:a@x", "expired:1:a@x", "acquired:2:b@y"]
+    );
+}
