@@ -422,3 +422,60 @@ async fn lock_delays_are_durable_across_a_restart_and_a_rewrite() {
     }
     server.stop().await;
 }
+
+/// On the real clock, with the real binary: holders that die without a
+/// release, each with a client blocked on its run and no other command
+/// sent. How long after the dead lease's `expires_at` the server grants
+/// the run, and the waiter has its reply.
+#[test]
+fn waiters_of_dead_holders_get_their_runs_within_50_ms_of_expires_at() {
+    let server = common::binary::Server::start_with(&["--appendonly", "no"]);
+    let mut waiting = Vec::new();
+    for i in 0..20 {
+        let run = format!("run-{i}");
+        let ttl = 0.4 + 0.031 * f64::from(i);
+        let mut holder = server.typed();
+        let dead = holder.acquire(&run, "holder", None, Some(ttl)).unwrap();
+        drop(holder);
+        let mut con = server.connect();
+        waiting.push(std::thread::spawn(move || {
+            let mut cmd = redis::cmd("LEASE.ACQUIRE");
+            cmd.arg(&run)
+                .arg("next")
+                .arg("TTL")
+                .arg(TTL)
+                .arg("BLOCK")
+                .arg(10_000);
+            let reply: Value = cmd.query(&mut con).unwrap();
+            let arrived = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs_f64();
+            (dead, lease_reply(&reply), arrived)
+        }));
+    }
+    let (mut granted, mut arrived) = (Vec::new(), Vec::new());
+    for waiter in waiting {
+        let (dead, lease, at) = waiter.join().unwrap();
+        assert_eq!(
+            (lease.run_id, lease.worker_id),
+            (dead.run_id, b"next".to_vec())
+        );
+        assert!(lease.fencing_token > dead.fencing_token);
+        granted.push(granted_at(&lease) - dead.expires_at);
+        arrived.push(at - dead.expires_at);
+    }
+    for (what, late) in [("granted", &mut granted), ("replied", &mut arrived)] {
+        late.sort_by(f64::total_cmp);
+        let (p50, p99, max) = (late[10], late[19], late[19]);
+        println!(
+            "{what} after expires_at: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+            p50 * 1e3,
+            p99 * 1e3,
+            max * 1e3
+        );
+        // Never early (the clocks are this machine's, read to the ms).
+        assert!(late[0] > -0.002, "{what}: {late:?}");
+        assert!(max < 0.05, "{what}: {late:?}");
+    }
+}
