@@ -477,3 +477,40 @@ fn waiters_of_dead_holders_get_their_runs_within_50_ms_of_expires_at() {
         assert!(max < 0.05, "{what}: {late:?}");
     }
 }
+
+/// `SHUTDOWN` with a client blocked: its connection closes without a
+/// reply, and the run is never granted to it — after the restart the run
+/// still has the lease it had, and the next token is the next one.
+#[test]
+fn a_waiter_stopped_by_shutdown_is_never_granted_the_run() {
+    use std::io::Write;
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().join("data");
+    let mut server = common::binary::Server::start_in(&dir, &["--appendonly", "yes"]).unwrap();
+    let mut con = server.typed();
+    let held = con.acquire("run", "holder", None, Some(3600.0)).unwrap();
+    let mut waiter = server.raw();
+    waiter
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    waiter
+        .write_all(b"LEASE.ACQUIRE run waiter BLOCK 0\r\n")
+        .unwrap();
+    let queued = Value::Array(vec![common::client::bulk_value("waiter")]);
+    while con.run(&["LEASE.WAITERS", "run"]) != queued {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _ = redis::cmd("SHUTDOWN").query::<Value>(&mut server.connect());
+    assert_eq!(common::raw::read_to_close(&mut waiter), b"");
+    server.wait(Duration::from_secs(20));
+
+    let server = common::binary::Server::start_in(&dir, &["--appendonly", "yes"]).unwrap();
+    let mut con = server.typed();
+    assert_eq!(
+        con.get("run", None).map(|l| l.fencing_token),
+        Some(held.fencing_token)
+    );
+    assert!(con.release(&held));
+    let next = con.acquire("run", "next", None, None).unwrap();
+    assert_eq!(next.fencing_token, held.fencing_token + 1);
+}

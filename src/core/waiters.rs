@@ -90,9 +90,12 @@ impl Waiters {
 
     /// Whether `run` has a client waiting for it.
     pub fn has_waiters(&self, run: &[u8]) -> bool {
-        self.queues
-            .get(run)
-            .is_some_and(|queue| queue.iter().any(Waiter::waiting))
+        // Most of the time nobody waits: then no hashing of the run id.
+        !self.queues.is_empty()
+            && self
+                .queues
+                .get(run)
+                .is_some_and(|queue| queue.iter().any(Waiter::waiting))
     }
 
     /// Blocked clients, for INFO.
