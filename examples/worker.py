@@ -1,20 +1,25 @@
 """A worker that holds a lease on its run while it works (redis-py 5).
 
-    python3 examples/worker.py --port 6479 --run run-42 --db checkpoints.db
+    python3 examples/worker.py --port 6479 --run run-42 --db checkpoints.db [--wait 30]
 
 It acquires the run, heartbeats in the background at a third of the TTL,
 and checkpoints its progress into a SQLite table, each write stamped with
 its fencing token. It stops writing the moment a heartbeat fails, and
-releases the lease when done. examples/worker.rs is the same worker in Rust,
-with the same options, outputs, exit codes and table: the two can share one
-database file.
+releases the lease when done. If the run is held by another worker it
+exits, or with `--wait SECONDS` waits up to that long for it (a blocking
+`LEASE.ACQUIRE ... BLOCK ms`): the server hands it the run the moment the
+holder releases it or its lease expires, with the next fencing token.
+examples/worker.rs is the same worker in Rust, with the same options,
+outputs, exit codes and table: the two can share one database file.
 
-Exit codes: 0 finished, 3 the run is held by another worker, 4 lease lost
-(stopped writing), 5 a write rejected by the storage (stale token), 1 any
-other error.
+Exit codes: 0 finished, 3 the run is held by another worker (with
+`--wait`: still held when the wait ran out), 4 lease lost (stopped
+writing), 5 a write rejected by the storage (stale token), 1 any other
+error; 2 bad options.
 """
 
 import argparse
+import math
 import os
 import signal
 import sqlite3
@@ -25,6 +30,13 @@ import time
 import redis
 
 HELD, LOST, REJECTED = 3, 4, 5
+
+# How much longer than the server's answer to a blocked acquire may take
+# (the end of the block) the worker waits for it before it gives up.
+REPLY_MARGIN = 5.0
+# The longest --wait, about 31 years: its milliseconds and timeouts stay
+# far within what the server and the clients can count.
+MAX_WAIT = 1e9
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS checkpoints (
     run TEXT PRIMARY KEY, step INTEGER NOT NULL, token INTEGER NOT NULL, worker TEXT NOT NULL)"""
@@ -53,7 +65,19 @@ def parse_args():
         "--pause-before-write", type=int, metavar="K",
         help="demonstration: stop the whole process (SIGSTOP) just before checkpoint K",
     )
+    parser.add_argument(
+        "--wait", type=positive_seconds, metavar="SECONDS",
+        help="when the run is held, wait up to SECONDS for it instead of exiting 3",
+    )
     return parser.parse_args()
+
+
+def positive_seconds(text):
+    """A wait: more than 0 seconds, at most MAX_WAIT."""
+    seconds = float(text)
+    if not 0 < seconds <= MAX_WAIT:
+        raise argparse.ArgumentTypeError(f"{text} is not a number of seconds in (0, 1e9]")
+    return seconds
 
 
 def say(line):
@@ -63,6 +87,27 @@ def say(line):
 def checkpoint(db, run, step, token, worker):
     """Writes the run's checkpoint; False if the storage rejected the token."""
     return db.execute(CHECKPOINT, (run, step, token, worker)).rowcount == 1
+
+
+def wait_for_run(args):
+    """Blocks until the server hands the run to this worker (its holder
+    released it, or its lease expired), or `args.wait` seconds pass: the
+    lease, or None."""
+    say(f"waiting up to {args.wait:.15g} s for {args.run}")
+    # A connection of its own, whose socket timeout outlasts the wait. With
+    # a shorter one, redis-py would give up on the reply while the server
+    # still holds the worker's place in the queue: it raises TimeoutError
+    # and drops the connection, losing the run the server may be about to
+    # hand over. The heartbeat's connection keeps its short timeout: there
+    # a slow reply must count as a failed heartbeat.
+    waiting = redis.Redis(port=args.port, protocol=3, socket_timeout=args.wait + REPLY_MARGIN)
+    block_ms = math.ceil(args.wait * 1000)
+    try:
+        return waiting.execute_command(
+            "LEASE.ACQUIRE", args.run, args.worker, "TTL", args.ttl, "BLOCK", block_ms
+        )
+    finally:
+        waiting.close()
 
 
 def pause(step):
@@ -80,6 +125,8 @@ def main():
     r = redis.Redis(port=args.port, protocol=3, socket_timeout=args.ttl / 3)
 
     lease = r.execute_command("LEASE.ACQUIRE", args.run, args.worker, "TTL", args.ttl)
+    if lease is None and args.wait is not None:
+        lease = wait_for_run(args)
     if lease is None:
         say(f"{args.run} is held by another worker")
         sys.exit(HELD)

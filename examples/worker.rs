@@ -1,17 +1,21 @@
 //! A worker that holds a lease on its run while it works (`redis` crate, tokio).
 //!
-//!     cargo run --example worker -- --port 6479 --run run-42 --db checkpoints.db
+//!     cargo run --example worker -- --port 6479 --run run-42 --db checkpoints.db [--wait 30]
 //!
 //! It acquires the run, heartbeats in the background at a third of the TTL,
 //! and checkpoints its progress into a SQLite table, each write stamped with
 //! its fencing token. It stops writing the moment a heartbeat fails, and
-//! releases the lease when done. examples/worker.py is the same worker in
-//! Python, with the same options, outputs, exit codes and table: the two can
-//! share one database file.
+//! releases the lease when done. If the run is held by another worker it
+//! exits, or with `--wait SECONDS` waits up to that long for it (a blocking
+//! `LEASE.ACQUIRE ... BLOCK ms`): the server hands it the run the moment the
+//! holder releases it or its lease expires, with the next fencing token.
+//! examples/worker.py is the same worker in Python, with the same options,
+//! outputs, exit codes and table: the two can share one database file.
 //!
-//! Exit codes: 0 finished, 3 the run is held by another worker, 4 lease lost
-//! (stopped writing), 5 a write rejected by the storage (stale token), 1 any
-//! other error.
+//! Exit codes: 0 finished, 3 the run is held by another worker (with
+//! `--wait`: still held when the wait ran out), 4 lease lost (stopped
+//! writing), 5 a write rejected by the storage (stale token), 1 any other
+//! error; 2 bad options.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -28,6 +32,16 @@ use rusqlite::{Connection, params};
 const HELD: u8 = 3;
 const LOST: u8 = 4;
 const REJECTED: u8 = 5;
+
+/// How much longer than the server's answer to a blocked acquire may take
+/// (the end of the block) the worker waits for it before it gives up.
+const REPLY_MARGIN: Duration = Duration::from_secs(5);
+/// The longest `--wait`, about 31 years: its milliseconds and timeouts stay
+/// far within what the server and the clients can count.
+const MAX_WAIT: f64 = 1e9;
+
+/// A lease as the server sends it (RESP3: a map).
+type LeaseMap = HashMap<String, Value>;
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS checkpoints (
     run TEXT PRIMARY KEY, step INTEGER NOT NULL, token INTEGER NOT NULL, worker TEXT NOT NULL)";
@@ -70,6 +84,17 @@ struct Options {
     /// Demonstration: stop the whole process (SIGSTOP) just before checkpoint K.
     #[arg(long, value_name = "K")]
     pause_before_write: Option<u32>,
+    /// When the run is held, wait up to SECONDS for it instead of exiting 3.
+    #[arg(long, value_name = "SECONDS", value_parser = positive_seconds)]
+    wait: Option<f64>,
+}
+
+/// A wait: more than 0 seconds, at most [`MAX_WAIT`].
+fn positive_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(seconds) if seconds > 0.0 && seconds <= MAX_WAIT => Ok(seconds),
+        _ => Err(format!("{text} is not a number of seconds in (0, 1e9]")),
+    }
 }
 
 /// Writes the run's checkpoint; false if the storage rejected the token.
@@ -81,6 +106,39 @@ fn checkpoint(
     worker: &str,
 ) -> rusqlite::Result<bool> {
     Ok(db.execute(CHECKPOINT, params![run, step, token, worker])? == 1)
+}
+
+/// Blocks until the server hands the run to this worker (its holder
+/// released it, or its lease expired), or `wait` seconds pass: the lease, or
+/// None.
+async fn wait_for_run(
+    client: &redis::Client,
+    options: &Options,
+    wait: f64,
+) -> redis::RedisResult<Option<LeaseMap>> {
+    println!("waiting up to {wait} s for {}", options.run);
+    // A connection of its own, whose response timeout outlasts the wait.
+    // The crate's default (half a second) or the heartbeat connection's
+    // (a third of the TTL) would give up on the reply while the server
+    // still holds the worker's place in the queue, and the run it may be
+    // about to hand over would be lost. The heartbeat's connection keeps
+    // its short timeout: there a slow reply must count as a failed
+    // heartbeat.
+    let timeout = Duration::from_secs_f64(wait) + REPLY_MARGIN;
+    let config = AsyncConnectionConfig::new().set_response_timeout(Some(timeout));
+    let mut waiting = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
+    let block_ms = (wait * 1000.0).ceil() as u64;
+    redis::cmd("LEASE.ACQUIRE")
+        .arg(&options.run)
+        .arg(&options.worker)
+        .arg("TTL")
+        .arg(options.ttl)
+        .arg("BLOCK")
+        .arg(block_ms)
+        .query_async(&mut waiting)
+        .await
 }
 
 /// Stops the whole process, heartbeat task included, as a long GC pause
@@ -130,13 +188,18 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
         .get_multiplexed_async_connection_with_config(&config)
         .await?;
 
-    let lease: Option<HashMap<String, Value>> = redis::cmd("LEASE.ACQUIRE")
+    let mut lease: Option<LeaseMap> = redis::cmd("LEASE.ACQUIRE")
         .arg(&options.run)
         .arg(&options.worker)
         .arg("TTL")
         .arg(options.ttl)
         .query_async(&mut con)
         .await?;
+    if lease.is_none()
+        && let Some(wait) = options.wait
+    {
+        lease = wait_for_run(&client, &options, wait).await?;
+    }
     let Some(lease) = lease else {
         println!("{} is held by another worker", options.run);
         return Ok(ExitCode::from(HELD));

@@ -18,7 +18,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::binary::Server;
+use common::binary::{Server, wait_until};
+use common::client::bulk_value;
 
 /// The workers' exit codes.
 const FINISHED: i32 = 0;
@@ -77,8 +78,8 @@ fn rust_worker() -> PathBuf {
     worker
 }
 
-/// A worker process, its output collected as it comes. Killed if the test
-/// ends before it does.
+/// A worker process (or examples/watch.py), its output collected as it
+/// comes. Killed if the test ends before it does.
 struct Worker {
     child: Child,
     output: Arc<Mutex<String>>,
@@ -87,16 +88,21 @@ struct Worker {
 
 impl Worker {
     fn start(language: Language, server: &Server, db: &Path, args: &[&str]) -> Worker {
-        let mut child = language
-            .command()
+        let mut command = language.command();
+        command
             .args(["--port", &server.port.to_string(), "--db"])
             .arg(db)
-            .args(args)
+            .args(args);
+        Worker::spawn(command)
+    }
+
+    fn spawn(mut command: Command) -> Worker {
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start the {language:?} worker: {e}"));
+            .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
         let output = Arc::new(Mutex::new(String::new()));
         let readers = vec![
             collect(child.stdout.take().unwrap(), output.clone()),
@@ -157,10 +163,26 @@ impl Worker {
 
     /// Sends SIGCONT to a stopped worker.
     fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    /// Sends SIGINT, as Ctrl-C at a terminal does.
+    fn interrupt(&self) {
+        self.signal(libc::SIGINT);
+    }
+
+    fn signal(&self, signal: libc::c_int) {
         let pid = libc::pid_t::try_from(self.child.id()).unwrap();
         // SAFETY: kill has no memory preconditions; the pid is our child's,
         // not yet reaped.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0, "SIGCONT");
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0, "signal {signal}");
+    }
+
+    /// SIGKILL, as a crash: the worker releases nothing. Waits until it is
+    /// gone.
+    fn kill(&mut self) {
+        self.child.kill().expect("SIGKILL the worker");
+        self.child.wait().expect("reap the worker");
     }
 
     /// Waits for the worker to exit, polling every 5 ms; its exit code and
@@ -440,6 +462,196 @@ fn the_rust_worker_stops_writing_once_a_heartbeat_fails() {
 #[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
 fn the_python_worker_stops_writing_once_a_heartbeat_fails() {
     a_worker_stops_writing_once_a_heartbeat_fails(Python);
+}
+
+/// A worker with `--wait` finds its run held by another worker process and
+/// waits for it; that process is killed (SIGKILL: it releases nothing), and
+/// once its lease expires on the server's clock the server hands the run
+/// to the waiting worker, with the next token. It checkpoints to the end.
+fn a_waiting_worker_gets_the_run_of_a_killed_one(language: Language) {
+    let server = Server::start();
+    let temp = tempfile::tempdir().unwrap();
+    let db = temp.path().join("checkpoints.db");
+    let run = format!("killed-{language:?}");
+    let holder_args = [
+        "--run",
+        &run,
+        "--worker",
+        "holder",
+        "--ttl",
+        "1",
+        "--steps",
+        "1000",
+        "--interval",
+        "0.1",
+    ];
+    let mut holder = Worker::start(language, &server, &db, &holder_args);
+    holder.line_with("wrote checkpoint 1 ");
+    let (_, holder_token) = acquired(&holder.output());
+
+    let waiter_args = [
+        "--run",
+        &run,
+        "--worker",
+        "waiter",
+        "--ttl",
+        "5",
+        "--steps",
+        "3",
+        "--interval",
+        "0.1",
+        "--wait",
+        "30",
+    ];
+    let mut waiter = Worker::start(language, &server, &db, &waiter_args);
+    waiter.line_with(&format!("waiting up to 30 s for {run}"));
+    // The line comes before the blocked acquire is sent: wait until the
+    // server has queued it.
+    let mut con = server.typed();
+    wait_until(PATIENCE, || {
+        let waiters = con.run(&["LEASE.WAITERS", &run]);
+        let queued = waiters == redis::Value::Array(vec![bulk_value("waiter")]);
+        queued.then_some(()).ok_or(format!("waiters: {waiters:?}"))
+    });
+    assert!(!waiter.output().contains("acquired"), "{}", waiter.output());
+    holder.kill();
+
+    let (code, output) = waiter.finish();
+    assert_eq!(code, FINISHED, "{output}");
+    let (lease_id, token) = acquired(&output);
+    assert_eq!(token, holder_token + 1, "{output}");
+    assert_eq!(lease_id, format!("{run}:waiter:{token}"));
+    assert_eq!(written_steps(&output), [0, 1, 2], "{output}");
+    assert!(output.contains("released=1"), "{output}");
+    assert_eq!(row(&db, &run), Some((2, token, "waiter".to_owned())));
+}
+
+#[test]
+fn a_waiting_rust_worker_gets_the_run_of_a_killed_one() {
+    a_waiting_worker_gets_the_run_of_a_killed_one(Rust);
+}
+
+#[test]
+#[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
+fn a_waiting_python_worker_gets_the_run_of_a_killed_one() {
+    a_waiting_worker_gets_the_run_of_a_killed_one(Python);
+}
+
+/// A worker whose `--wait` runs out with the run still held exits 3, as
+/// one that does not wait, and leaves no place in the queue behind.
+fn a_worker_whose_wait_runs_out_exits_held(language: Language) {
+    let server = Server::start();
+    let temp = tempfile::tempdir().unwrap();
+    let db = temp.path().join("checkpoints.db");
+    let mut con = server.typed();
+    let holder = con.acquire("held", "holder", None, Some(30.0));
+    let holder = holder.expect("acquired");
+    let started = Instant::now();
+    let (code, output) = run_worker(language, &server, &db, &["--run", "held", "--wait", "0.3"]);
+    assert_eq!(code, HELD, "{output}");
+    assert!(started.elapsed() >= Duration::from_millis(300), "{output}");
+    let lines: Vec<&str> = output.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "waiting up to 0.3 s for held",
+            "held is held by another worker"
+        ],
+        "{output}"
+    );
+    assert_eq!(row(&db, "held"), None);
+    assert_eq!(
+        con.run(&["LEASE.WAITERS", "held"]),
+        redis::Value::Array(vec![])
+    );
+    let still = con.get("held", None).map(|lease| lease.fencing_token);
+    assert_eq!(still, Some(holder.fencing_token));
+}
+
+#[test]
+fn a_rust_worker_whose_wait_runs_out_exits_held() {
+    a_worker_whose_wait_runs_out_exits_held(Rust);
+}
+
+#[test]
+#[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
+fn a_python_worker_whose_wait_runs_out_exits_held() {
+    a_worker_whose_wait_runs_out_exits_held(Python);
+}
+
+/// examples/watch.py started with `args`, once it has subscribed.
+fn watch(server: &Server, args: &[&str]) -> Worker {
+    let mut command = Command::new("python3");
+    command
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/watch.py"))
+        .args(["--port", &server.port.to_string()])
+        .args(args);
+    let mut watcher = Worker::spawn(command);
+    watcher.line_with("watching ");
+    watcher
+}
+
+/// A watch.py line without its time: `HH:MM:SS.mmm rest` (the time of day
+/// the event arrived, to the millisecond).
+fn untimed(line: &str) -> &str {
+    let (time, rest) = line.split_once(' ').expect("a time, then the event");
+    let digits = time.chars().filter(char::is_ascii_digit).count();
+    assert!(
+        time.len() == 12 && digits == 9 && &time[2..3] == ":" && &time[8..9] == ".",
+        "{line}"
+    );
+    rest
+}
+
+/// examples/watch.py prints a short lease's `acquired` and, as the
+/// server's clock passes its expiry, `expired`, one line each; with a
+/// pattern that also takes `__leaseevent__:` channels it shows those
+/// messages too. Ctrl-C (SIGINT) ends it with 0.
+#[test]
+#[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
+fn watch_py_prints_each_event_as_it_happens() {
+    let server = Server::start();
+    let mut runs = watch(&server, &[]);
+    let mut all = watch(&server, &["--pattern", "__lease*"]);
+    let lease = server.typed().acquire("run-w", "w:1", None, Some(0.3));
+    assert_eq!(lease.expect("free run").fencing_token, 1);
+
+    let line = runs.line_with("run-w expired");
+    assert_eq!(untimed(&line), "run-w expired token=1 worker=w:1");
+    let line = all.line_with("(on __leaseevent__:expired)");
+    assert_eq!(
+        untimed(&line),
+        "run-w expired token=1 (on __leaseevent__:expired)"
+    );
+    for (watcher, expected) in [
+        (
+            runs,
+            &[
+                "watching __lease__:* on port",
+                "run-w acquired token=1 worker=w:1",
+                "run-w expired token=1 worker=w:1",
+            ][..],
+        ),
+        (
+            all,
+            &[
+                "watching __lease* on port",
+                "run-w acquired token=1 worker=w:1",
+                "run-w acquired token=1 (on __leaseevent__:acquired)",
+                "run-w expired token=1 worker=w:1",
+                "run-w expired token=1 (on __leaseevent__:expired)",
+            ],
+        ),
+    ] {
+        watcher.interrupt();
+        let (code, output) = watcher.finish();
+        assert_eq!(code, 0, "{output}");
+        let mut lines = output.lines();
+        let first = lines.next().unwrap_or_default();
+        assert!(first.starts_with(expected[0]), "{output}");
+        let events: Vec<&str> = lines.map(untimed).collect();
+        assert_eq!(events, expected[1..], "{output}");
+    }
 }
 
 /// README's "A worker" quotes the examples: each quoted block's lines

@@ -7,10 +7,13 @@
 
 mod common;
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use common::binary::Server;
+use common::client::bulk_value;
 
 fn redis_cli(server: &Server, args: &[&str]) -> Output {
     Command::new("redis-cli")
@@ -113,4 +116,190 @@ fn shutdown_from_redis_cli_stops_the_server_cleanly() {
     let _ = redis_cli(&server, &["SHUTDOWN"]);
     let status = server.wait(std::time::Duration::from_secs(10));
     assert!(status.success(), "{status}: {}", server.log());
+}
+
+/// Long enough for anything awaited here on a loaded machine.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A redis-cli left running (`SUBSCRIBE`, `PSUBSCRIBE`, a blocked acquire),
+/// its standard output read line by line as it comes, on a thread of its
+/// own. Killed when dropped, if still running.
+struct Running {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Running {
+    fn start(server: &Server, args: &[&str]) -> Running {
+        let mut child = Command::new("redis-cli")
+            .args(["-p", &server.port.to_string()])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-cli is installed (apt-get install redis-tools)");
+        let (tx, lines) = mpsc::channel();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            for line in stdout.lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Running { child, lines }
+    }
+
+    /// The next `expected.len()` lines, which must be `expected`.
+    fn expect_lines(&self, expected: &[&str]) {
+        let mut seen = Vec::new();
+        for _ in expected {
+            match self.lines.recv_timeout(PATIENCE) {
+                Ok(line) => seen.push(line),
+                Err(error) => panic!("{error} after {seen:?}, expecting {expected:?}"),
+            }
+        }
+        assert_eq!(seen, expected);
+    }
+
+    /// All its output, once it has exited by itself (at most PATIENCE).
+    fn finish(self) -> Vec<String> {
+        let mut lines = Vec::new();
+        let deadline = Instant::now() + PATIENCE;
+        // The reading thread ends at the end of the pipe, when it exits.
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => lines.push(line),
+                Err(mpsc::RecvTimeoutError::Disconnected) => return lines,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    panic!("redis-cli still running after {PATIENCE:?}: {lines:?}")
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// Two redis-cli subscribers, one to the run's channel and one to the
+/// pattern of every run, see a lease acquired, expire on the server's
+/// clock, and the run taken over by a blocked `LEASE.ACQUIRE` sent by a
+/// third redis-cli; then released.
+#[test]
+#[ignore = "needs redis-cli (Debian: apt-get install redis-tools); run with --include-ignored"]
+fn redis_cli_subscribers_see_a_takeover_by_a_blocked_acquire() {
+    let server = Server::start();
+    let channel = "__lease__:run-x";
+    let sub = Running::start(&server, &["SUBSCRIBE", channel]);
+    sub.expect_lines(&["subscribe", channel, "1"]);
+    let psub = Running::start(&server, &["PSUBSCRIBE", "__lease__:*"]);
+    psub.expect_lines(&["psubscribe", "__lease__:*", "1"]);
+    let mut con = server.typed();
+    assert_eq!(
+        con.run(&["PUBSUB", "NUMSUB", channel]),
+        redis::Value::Array(vec![bulk_value(channel), redis::Value::Int(1)])
+    );
+    assert_eq!(con.run(&["PUBSUB", "NUMPAT"]), redis::Value::Int(1));
+
+    // No `now`: the lease lives on the server's clock, whose passing its
+    // expiry publishes `expired` and hands the run to the waiter.
+    let first = con
+        .acquire("run-x", "w1", None, Some(0.3))
+        .expect("free run");
+    assert_eq!(first.fencing_token, 1);
+    let waiter = Running::start(&server, &["LEASE.ACQUIRE", "run-x", "w2", "BLOCK", "5000"]);
+    let granted = waiter.finish();
+    assert_eq!(
+        granted[..8],
+        [
+            "run_id",
+            "run-x",
+            "worker_id",
+            "w2",
+            "lease_id",
+            "run-x:w2:2",
+            "fencing_token",
+            "2"
+        ],
+        "{granted:?}"
+    );
+    let second = con.get("run-x", None).expect("w2's lease");
+    assert_eq!(
+        (second.worker_id.as_slice(), second.fencing_token),
+        (&b"w2"[..], 2)
+    );
+    assert!(con.release(&second));
+
+    let events = [
+        "acquired:1:w1",
+        "expired:1:w1",
+        "acquired:2:w2",
+        "released:2:w2",
+    ];
+    for data in events {
+        // Without a terminal, redis-cli prints each element of a message
+        // on a line of its own.
+        sub.expect_lines(&["message", channel, data]);
+        psub.expect_lines(&["pmessage", "__lease__:*", channel, data]);
+    }
+}
+
+/// A blocked acquire that times out answers null: redis-cli prints it as an
+/// empty line when its output is not a terminal (raw mode), as `(nil)`
+/// with `--no-raw`. Errors in the BLOCK option come back as errors.
+#[test]
+#[ignore = "needs redis-cli (Debian: apt-get install redis-tools); run with --include-ignored"]
+fn a_blocked_acquire_from_redis_cli_times_out_with_null() {
+    let server = Server::start();
+    server
+        .typed()
+        .acquire("r", "holder", None, Some(30.0))
+        .expect("free run");
+    let started = Instant::now();
+    let out = stdout(&redis_cli(
+        &server,
+        &["LEASE.ACQUIRE", "r", "w", "BLOCK", "200"],
+    ));
+    assert_eq!(out, "\n");
+    assert!(
+        started.elapsed() >= Duration::from_millis(200),
+        "{:?}",
+        started.elapsed()
+    );
+    let out = stdout(&redis_cli(
+        &server,
+        &["--no-raw", "LEASE.ACQUIRE", "r", "w", "BLOCK", "200"],
+    ));
+    assert_eq!(out, "(nil)\n");
+    for (args, error) in [
+        (
+            &["LEASE.ACQUIRE", "r", "w", "5", "BLOCK", "100"][..],
+            "ERR BLOCK cannot be given with now: a blocked acquire runs on the server's clock",
+        ),
+        (
+            &["LEASE.ACQUIRE", "r", "w", "BLOCK", "-1", "TTL", "1"],
+            "ERR timeout is negative",
+        ),
+        (
+            &["LEASE.ACQUIRE", "r", "w", "BLOCK", "0.5", "TTL", "1"],
+            "ERR timeout is not an integer or out of range",
+        ),
+    ] {
+        let out = stdout(&redis_cli(&server, &[&["--no-raw"], args].concat()));
+        assert_eq!(out, format!("(error) {error}\n"), "{args:?}");
+    }
+    // Nobody was queued, and no token was spent.
+    assert_eq!(stdout(&redis_cli(&server, &["LEASE.WAITERS", "r"])), "\n");
+    let lease = server.typed().get("r", None).expect("the holder's lease");
+    assert_eq!(lease.fencing_token, 1);
 }
