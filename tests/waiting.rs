@@ -332,6 +332,10 @@ async fn blocked_acquires_are_checked_like_any_acquire() {
             &["CLIENT", "UNBLOCK", "x"],
             "ERR value is not an integer or out of range",
         ),
+        (
+            &["CLIENT", "UNBLOCK", "1", "TIMEOUT", "extra"],
+            "ERR unknown subcommand or wrong number of arguments for 'unblock'. Try CLIENT HELP.",
+        ),
     ] {
         assert_eq!(con.error(words).await, error, "{words:?}");
     }

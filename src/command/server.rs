@@ -238,6 +238,12 @@ fn client_kind(kind: &[u8]) -> Result<ClientKind, Reply> {
 /// `CLIENT UNBLOCK client-id [TIMEOUT|ERROR]`, checked in Redis's order:
 /// the reason first, then the id.
 pub fn parse_client_unblock(args: &mut Args) -> Result<Command, Reply> {
+    if args.len() > 2 {
+        // Redis's table allows more words; its handler then refuses them.
+        return Err(Reply::error(
+            "ERR unknown subcommand or wrong number of arguments for 'unblock'. Try CLIENT HELP.",
+        ));
+    }
     let id = args.required();
     let error = match args.next() {
         None => false,
