@@ -8,11 +8,10 @@
 
 mod common;
 
-use std::io::Read;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use common::binary::Server;
+use common::child::run_bounded;
 
 #[test]
 #[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
@@ -81,8 +80,10 @@ fn redis_py_sees_events_and_blocks(protocol: &str) {
         "/tests/clients/redis_py_events.py"
     );
     let port = server.port.to_string();
-    let (success, stdout, stderr) =
-        run_bounded(Command::new("python3").args([script, &port, protocol]));
+    let (success, stdout, stderr) = run_bounded(
+        Command::new("python3").args([script, &port, protocol]),
+        "python3",
+    );
     assert!(
         success && stdout.contains(&format!("RESP{protocol} ok")),
         "redis-py events check failed:\n{stdout}\n{stderr}"
@@ -107,63 +108,4 @@ fn redis_py_sees_lease_events_and_blocks_in_resp2() {
 #[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
 fn redis_py_sees_lease_events_and_blocks_in_resp3() {
     redis_py_sees_events_and_blocks("3");
-}
-
-/// A child process killed (and reaped) when dropped, if still running.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-/// Runs `command` to its end: whether it succeeded, its stdout and stderr.
-/// Fails the test if it runs longer than 60 s (a blocked acquire that is
-/// never answered must fail the test, not hang it); polls every 10 ms, as
-/// nothing wakes a thread when a child exits.
-fn run_bounded(command: &mut Command) -> (bool, String, String) {
-    let mut child = Killed(
-        command
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("python3 is installed"),
-    );
-    let stdout = read_all(child.0.stdout.take().unwrap());
-    let stderr = read_all(child.0.stderr.take().unwrap());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.0.try_wait().expect("try_wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            drop(child);
-            panic!(
-                "still running after 60 s, killed:\n{}\n{}",
-                stdout.join().unwrap(),
-                stderr.join().unwrap()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    (
-        status.success(),
-        stdout.join().unwrap(),
-        stderr.join().unwrap(),
-    )
-}
-
-/// Reads a pipe to its end on a thread of its own, so a full pipe never
-/// stalls the child.
-fn read_all(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = pipe.read_to_string(&mut text);
-        text
-    })
 }

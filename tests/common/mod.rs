@@ -11,11 +11,14 @@
 //! - [`client`]: the typed client, blocking and async, and the readers of
 //!   its replies.
 //! - [`raw`]: requests and replies as bytes.
+//! - [`child`]: other programs a test runs (scripts of other clients),
+//!   bounded in time and killed with the test.
 //!
 //! Every test binary compiles this module and uses part of it: an item
 //! that some of them leave unused carries `#[allow(dead_code)]`.
 
 pub mod binary;
+pub mod child;
 pub mod client;
 pub mod inprocess;
 pub mod raw;
