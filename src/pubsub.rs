@@ -13,23 +13,61 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tokio::sync::Notify;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::glob;
+use crate::reply::{Protocol, Reply};
 
-/// A message for one subscriber.
+/// A message for subscribers, encoded once for everyone it reaches: the
+/// RESP2 array `[message, channel, payload]` or `[pmessage, pattern,
+/// channel, payload]`. In RESP3 it is the same push: only the type byte
+/// of the outer aggregate differs (`>` for `*`), so a fan-out to a
+/// hundred subscribers encodes once and copies bytes a hundred times.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Message {
-    /// On a channel it subscribed to.
-    Message { channel: Bytes, payload: Bytes },
-    /// On a channel that matches a pattern it subscribed to.
-    PMessage {
-        pattern: Bytes,
-        channel: Bytes,
-        payload: Bytes,
-    },
+pub struct Message {
+    resp2: Bytes,
+}
+
+impl Message {
+    /// On a channel the subscriber subscribed to.
+    pub fn on_channel(channel: &[u8], payload: &Bytes) -> Message {
+        Message::encoded(vec![
+            Reply::text("message"),
+            Reply::Bulk(Bytes::copy_from_slice(channel)),
+            Reply::Bulk(payload.clone()),
+        ])
+    }
+
+    /// On a channel that matches a pattern the subscriber subscribed to.
+    pub fn on_pattern(pattern: &Bytes, channel: &[u8], payload: &Bytes) -> Message {
+        Message::encoded(vec![
+            Reply::text("pmessage"),
+            Reply::Bulk(pattern.clone()),
+            Reply::Bulk(Bytes::copy_from_slice(channel)),
+            Reply::Bulk(payload.clone()),
+        ])
+    }
+
+    fn encoded(items: Vec<Reply>) -> Message {
+        let mut out = BytesMut::new();
+        Reply::Array(items).encode(Protocol::Resp2, &mut out);
+        Message {
+            resp2: out.freeze(),
+        }
+    }
+
+    /// Appends the message for a client speaking `protocol`.
+    pub fn encode(&self, protocol: Protocol, out: &mut BytesMut) {
+        match protocol {
+            Protocol::Resp2 => out.extend_from_slice(&self.resp2),
+            Protocol::Resp3 => {
+                out.extend_from_slice(b">");
+                out.extend_from_slice(&self.resp2[1..]);
+            }
+        }
+    }
 }
 
 /// Every subscription of every connection.
@@ -131,34 +169,31 @@ impl PubSub {
         removed
     }
 
-    /// Delivers `payload` on `channel` to every subscriber of the channel
-    /// and of every pattern that matches it; returns how many got it.
-    pub fn publish(&self, channel: &Bytes, payload: &Bytes) -> usize {
+    /// Delivers a message on `channel` to every subscriber of the channel
+    /// and of every pattern that matches it; returns how many got it. The
+    /// payload is made only if someone is to get it: most events match
+    /// nobody's pattern when subscribers watch a few runs.
+    pub fn publish(&self, channel: &[u8], payload: impl Fn() -> Bytes) -> usize {
         if !self.active() {
             return 0;
         }
         let subscriptions = self.lock();
+        let mut made = None;
+        let mut payload = || made.get_or_insert_with(&payload).clone();
         let mut delivered = 0;
         if let Some(subscribers) = subscriptions.channels.get(channel) {
+            let message = Message::on_channel(channel, &payload());
             for sender in subscribers.values() {
-                let message = Message::Message {
-                    channel: channel.clone(),
-                    payload: payload.clone(),
-                };
-                delivered += usize::from(sender.send(message).is_ok());
+                delivered += usize::from(sender.send(message.clone()).is_ok());
             }
         }
         for (pattern, subscribers) in &subscriptions.patterns {
             if !glob::matches(pattern, channel, false) {
                 continue;
             }
+            let message = Message::on_pattern(pattern, channel, &payload());
             for sender in subscribers.values() {
-                let message = Message::PMessage {
-                    pattern: pattern.clone(),
-                    channel: channel.clone(),
-                    payload: payload.clone(),
-                };
-                delivered += usize::from(sender.send(message).is_ok());
+                delivered += usize::from(sender.send(message.clone()).is_ok());
             }
         }
         delivered
@@ -216,6 +251,12 @@ mod tests {
         Bytes::copy_from_slice(text.as_bytes())
     }
 
+    fn encoded(message: &Message, protocol: Protocol) -> String {
+        let mut out = BytesMut::new();
+        message.encode(protocol, &mut out);
+        String::from_utf8(out.to_vec()).unwrap()
+    }
+
     #[test]
     fn messages_reach_channel_and_pattern_subscribers_once_each() {
         let pubsub = PubSub::default();
@@ -227,25 +268,25 @@ mod tests {
         assert!(pubsub.subscribe(&b, Kind::Pattern, &name("__lease__:*"), 7.0));
         assert!(pubsub.active());
         assert_eq!(pubsub.active_since(), 5.0);
-        let delivered = pubsub.publish(&name("__lease__:run-1"), &name("acquired:1:w"));
+        let delivered = pubsub.publish(b"__lease__:run-1", || name("acquired:1:w"));
         assert_eq!(delivered, 2);
         assert_eq!(
-            a.receiver.try_recv().unwrap(),
-            Message::Message {
-                channel: name("__lease__:run-1"),
-                payload: name("acquired:1:w")
-            }
+            encoded(&a.receiver.try_recv().unwrap(), Protocol::Resp2),
+            "*3\r\n$7\r\nmessage\r\n$15\r\n__lease__:run-1\r\n$12\r\nacquired:1:w\r\n"
+        );
+        let pmessage = b.receiver.try_recv().unwrap();
+        assert_eq!(
+            encoded(&pmessage, Protocol::Resp2),
+            "*4\r\n$8\r\npmessage\r\n$11\r\n__lease__:*\r\n\
+             $15\r\n__lease__:run-1\r\n$12\r\nacquired:1:w\r\n"
         );
         assert_eq!(
-            b.receiver.try_recv().unwrap(),
-            Message::PMessage {
-                pattern: name("__lease__:*"),
-                channel: name("__lease__:run-1"),
-                payload: name("acquired:1:w")
-            }
+            encoded(&pmessage, Protocol::Resp3),
+            ">4\r\n$8\r\npmessage\r\n$11\r\n__lease__:*\r\n\
+             $15\r\n__lease__:run-1\r\n$12\r\nacquired:1:w\r\n"
         );
         assert_eq!(
-            pubsub.publish(&name("__leaseevent__:acquired"), &name("1:run-1")),
+            pubsub.publish(b"__leaseevent__:acquired", || unreachable!("nobody gets it")),
             0
         );
         assert_eq!(pubsub.channels(None), [name("__lease__:run-1")]);

@@ -147,9 +147,9 @@ impl<S> Connection<S> {
     /// Queues `message` and every other one waiting for the client.
     pub(super) fn take_messages(&mut self, subscriber: &mut Subscriber, message: Message) {
         let protocol = self.session.protocol;
-        message_reply(message).encode(protocol, &mut self.write_buf);
+        message.encode(protocol, &mut self.write_buf);
         while let Some(message) = subscriber.try_next() {
-            message_reply(message).encode(protocol, &mut self.write_buf);
+            message.encode(protocol, &mut self.write_buf);
         }
     }
 
@@ -174,24 +174,4 @@ fn notice(kind: Kind, subscribing: bool, name: Option<Bytes>, count: usize) -> R
         name.map_or(Reply::Null, Reply::Bulk),
         Reply::Int(count as i64),
     ])
-}
-
-fn message_reply(message: Message) -> Reply {
-    match message {
-        Message::Message { channel, payload } => Reply::Push(vec![
-            Reply::text("message"),
-            Reply::Bulk(channel),
-            Reply::Bulk(payload),
-        ]),
-        Message::PMessage {
-            pattern,
-            channel,
-            payload,
-        } => Reply::Push(vec![
-            Reply::text("pmessage"),
-            Reply::Bulk(pattern),
-            Reply::Bulk(channel),
-            Reply::Bulk(payload),
-        ]),
-    }
 }

@@ -48,16 +48,19 @@ impl Core {
         }
         let pubsub = &self.shared.pubsub;
         let listening = pubsub.active();
+        // The channel names are matched before any payload is made, in a
+        // buffer of their own, so an event nobody gets allocates nothing.
+        let mut channel = Vec::new();
         for event in self.registry.take_events() {
             if matches!(event.kind, EventKind::Released | EventKind::Reclaimed) {
                 self.waiters
                     .free_at(event.run_id.clone(), f64::NEG_INFINITY);
             }
             if listening {
-                let (channel, message) = run_message(&event);
-                pubsub.publish(&channel, &message);
-                let (channel, message) = event_message(&event);
-                pubsub.publish(&channel, &message);
+                run_channel(&event, &mut channel);
+                pubsub.publish(&channel, || run_payload(&event));
+                event_channel(&event, &mut channel);
+                pubsub.publish(&channel, || event_payload(&event));
             }
         }
     }
@@ -87,11 +90,15 @@ impl Core {
     }
 }
 
-/// `__lease__:<run_id>`, `<event>:<fencing_token>:<worker_id>`.
-fn run_message(event: &Event) -> (Bytes, Bytes) {
-    let mut channel = BytesMut::with_capacity(10 + event.run_id.len());
-    channel.put_slice(b"__lease__:");
-    channel.put_slice(&event.run_id);
+/// `__lease__:<run_id>`, into `out`.
+fn run_channel(event: &Event, out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(b"__lease__:");
+    out.extend_from_slice(&event.run_id);
+}
+
+/// `<event>:<fencing_token>:<worker_id>`, the payload on the run's channel.
+fn run_payload(event: &Event) -> Bytes {
     let mut token = itoa::Buffer::new();
     let token = token.format(event.fencing_token).as_bytes();
     let kind = event.kind.as_str().as_bytes();
@@ -101,20 +108,23 @@ fn run_message(event: &Event) -> (Bytes, Bytes) {
     message.put_slice(token);
     message.put_u8(b':');
     message.put_slice(&event.worker_id);
-    (channel.freeze(), message.freeze())
+    message.freeze()
 }
 
-/// `__leaseevent__:<event>`, `<fencing_token>:<run_id>`.
-fn event_message(event: &Event) -> (Bytes, Bytes) {
-    let kind = event.kind.as_str().as_bytes();
-    let mut channel = BytesMut::with_capacity(15 + kind.len());
-    channel.put_slice(b"__leaseevent__:");
-    channel.put_slice(kind);
+/// `__leaseevent__:<event>`, into `out`.
+fn event_channel(event: &Event, out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(b"__leaseevent__:");
+    out.extend_from_slice(event.kind.as_str().as_bytes());
+}
+
+/// `<fencing_token>:<run_id>`, the payload on the event's channel.
+fn event_payload(event: &Event) -> Bytes {
     let mut token = itoa::Buffer::new();
     let token = token.format(event.fencing_token).as_bytes();
     let mut message = BytesMut::with_capacity(token.len() + 1 + event.run_id.len());
     message.put_slice(token);
     message.put_u8(b':');
     message.put_slice(&event.run_id);
-    (channel.freeze(), message.freeze())
+    message.freeze()
 }
