@@ -74,20 +74,10 @@ split | same)
 esac
 
 ensure_redis
-if ((BUILD)); then
-    log "building leased and examples/handover_latency (release)"
-    (cd "$ROOT" && cargo build --release --quiet --bin leased --example handover_latency)
-fi
-DRIVER="$ROOT/target/release/examples/handover_latency"
-[[ -x $DRIVER ]] || (cd "$ROOT" && cargo build --release --quiet --example handover_latency)
-[[ -x $LEASED_BIN ]] || die "$LEASED_BIN missing (run without --no-build)"
+build_driver handover_latency
 bench_init
 
-printf '# %s, %s CPUs (%s), load average %s\n' "$(date -u '+%Y-%m-%d %H:%M UTC')" "$(nproc)" \
-    "$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)" \
-    "$(cut -d' ' -f1-3 /proc/loadavg)"
-printf '# leased %s, %s\n' "$("$LEASED_BIN" --version 2>/dev/null | head -1)" \
-    "$(redis-server --version | awk '{ print $1, $2, $3 }')"
+print_setup
 for mode in "${MODE_LIST[@]}"; do
     printf '\n## appendonly %s, appendfsync %s, pin %s\n' "$APPENDONLY" "$mode" "$PIN"
     start_leased "$LEASED_PORT" "$mode"

@@ -27,14 +27,41 @@ die() {
     exit 1
 }
 
-cleanup() {
+# stop_all PID...: asks each process to stop (SIGTERM), then waits for
+# them all.
+stop_all() {
     local pid
-    for pid in "${SERVER_PIDS[@]}"; do
+    for pid in "$@"; do
         kill -TERM "$pid" 2>/dev/null || true
     done
-    for pid in "${SERVER_PIDS[@]}"; do
+    for pid in "$@"; do
         wait "$pid" 2>/dev/null || true
     done
+}
+
+# build_driver EXAMPLE: builds leased and examples/EXAMPLE.rs (release)
+# unless --no-build was given (BUILD=0), and sets DRIVER to the example.
+build_driver() {
+    if ((BUILD)); then
+        log "building leased and examples/$1 (release)"
+        (cd "$ROOT" && cargo build --release --quiet --bin leased --example "$1")
+    fi
+    DRIVER="$ROOT/target/release/examples/$1"
+    [[ -x $DRIVER ]] || (cd "$ROOT" && cargo build --release --quiet --example "$1")
+    [[ -x $LEASED_BIN ]] || die "$LEASED_BIN missing (run without --no-build)"
+}
+
+# Prints, as Markdown comments, when and on what the figures were taken.
+print_setup() {
+    printf '# %s, %s CPUs (%s), load average %s\n' "$(date -u '+%Y-%m-%d %H:%M UTC')" "$(nproc)" \
+        "$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)" \
+        "$(cut -d' ' -f1-3 /proc/loadavg)"
+    printf '# leased %s, %s\n' "$("$LEASED_BIN" --version 2>/dev/null | head -1)" \
+        "$(redis-server --version | awk '{ print $1, $2, $3 }')"
+}
+
+cleanup() {
+    stop_all "${SERVER_PIDS[@]}"
     SERVER_PIDS=()
     if [[ -n "$WORK" && -z "${KEEP_WORK:-}" ]]; then
         rm -rf "$WORK"

@@ -95,34 +95,18 @@ fi
 [[ $CLIENT =~ ^(driver|redis-cli)$ ]] || die "--client driver or redis-cli"
 
 ensure_redis
-if ((BUILD)); then
-    log "building leased and examples/handover_latency (release)"
-    (cd "$ROOT" && cargo build --release --quiet --bin leased --example handover_latency)
-fi
-DRIVER="$ROOT/target/release/examples/handover_latency"
-[[ -x $DRIVER ]] || (cd "$ROOT" && cargo build --release --quiet --example handover_latency)
-[[ -x $LEASED_BIN ]] || die "$LEASED_BIN missing (run without --no-build)"
+build_driver handover_latency
 bench_init
 
 # Subscriber processes started by this script, by pid; stopped on exit.
 SUB_PIDS=()
 stop_subscribers() {
-    local pid
-    for pid in "${SUB_PIDS[@]}"; do
-        kill -TERM "$pid" 2>/dev/null || true
-    done
-    for pid in "${SUB_PIDS[@]}"; do
-        wait "$pid" 2>/dev/null || true
-    done
+    stop_all "${SUB_PIDS[@]}"
     SUB_PIDS=()
 }
 trap 'stop_subscribers; cleanup' EXIT
 
-printf '# %s, %s CPUs (%s), load average %s\n' "$(date -u '+%Y-%m-%d %H:%M UTC')" "$(nproc)" \
-    "$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)" \
-    "$(cut -d' ' -f1-3 /proc/loadavg)"
-printf '# leased %s, %s\n' "$("$LEASED_BIN" --version 2>/dev/null | head -1)" \
-    "$(redis-server --version | awk '{ print $1, $2, $3 }')"
+print_setup
 
 # info_field PORT SECTION KEY
 info_field() {

@@ -9,33 +9,38 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::binary::Server;
 use common::child::run_bounded;
 
-#[test]
-#[ignore = "needs node and its clients (npm ci --prefix tests/clients); run with --include-ignored"]
-fn ioredis_and_node_redis_speak_to_leased() {
+/// tests/clients, with the Node clients installed in it.
+fn node_clients() -> PathBuf {
     let clients = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients");
     assert!(
         clients.join("node_modules/ioredis").exists(),
         "run `npm ci` in {} first",
         clients.display()
     );
+    clients
+}
+
+/// Runs tests/clients/SCRIPT against a fresh server: whether it passed,
+/// and what it printed.
+fn run_script(script: &str) -> (bool, String, String) {
+    let clients = node_clients();
     let server = Server::start();
-    let output = Command::new("node")
-        .arg(clients.join("node_check.js"))
-        .arg(server.port.to_string())
-        .output()
-        .expect("node is installed");
-    assert!(
-        output.status.success(),
-        "node check failed:\n{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let mut node = Command::new("node");
+    node.arg(clients.join(script)).arg(server.port.to_string());
+    run_bounded(&mut node, "node")
+}
+
+#[test]
+#[ignore = "needs node and its clients (npm ci --prefix tests/clients); run with --include-ignored"]
+fn ioredis_and_node_redis_speak_to_leased() {
+    let (success, stdout, stderr) = run_script("node_check.js");
+    assert!(success, "node check failed:\n{stdout}\n{stderr}");
 }
 
 /// Lease events on a duplicated, pattern-subscribed connection and blocking
@@ -44,17 +49,7 @@ fn ioredis_and_node_redis_speak_to_leased() {
 #[test]
 #[ignore = "needs node and its clients (npm ci --prefix tests/clients); run with --include-ignored"]
 fn ioredis_and_node_redis_see_lease_events_and_block() {
-    let clients = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients");
-    assert!(
-        clients.join("node_modules/ioredis").exists(),
-        "run `npm ci` in {} first",
-        clients.display()
-    );
-    let server = Server::start();
-    let mut node = Command::new("node");
-    node.arg(clients.join("node_events.js"))
-        .arg(server.port.to_string());
-    let (success, stdout, stderr) = run_bounded(&mut node, "node");
+    let (success, stdout, stderr) = run_script("node_events.js");
     assert!(success, "node events check failed:\n{stdout}\n{stderr}");
     assert!(stdout.contains("ioredis events ok"), "{stdout}");
     assert!(stdout.contains("node-redis events ok"), "{stdout}");
