@@ -16,6 +16,7 @@ use bytes::Bytes;
 
 use crate::command::ClientKind;
 use crate::core::{CommandStats, CoreReport};
+use crate::registry::{Refused, TenureEnd};
 use crate::reply::format_double;
 use crate::state::{SAMPLE_INTERVAL, Shared};
 use crate::system;
@@ -147,7 +148,7 @@ fn client_buffers(shared: &Shared) -> (usize, usize, usize) {
 }
 
 /// Clients subscribed to a channel or a pattern.
-fn pubsub_clients(shared: &Shared) -> usize {
+pub(crate) fn pubsub_clients(shared: &Shared) -> usize {
     let clients = shared.clients.snapshot();
     clients
         .iter()
@@ -415,6 +416,26 @@ fn leases(out: &mut String, context: &Context) {
         line(out, &format!("{name}_ok"), ok);
         line(out, &format!("{name}_failed"), failed);
     }
+    health(out, report);
+}
+
+/// How heartbeats, tenures and waits fared, and events published.
+fn health(out: &mut String, report: &CoreReport) {
+    let health = &report.health;
+    for (why, count) in Refused::ALL.iter().zip(health.refused) {
+        line(out, &format!("heartbeats_refused_{}", why.as_str()), count);
+    }
+    line(out, "heartbeat_slack", health.slack.info_value());
+    for (how, count) in TenureEnd::ALL.iter().zip(health.ended) {
+        let name = how.as_str().replace('-', "_");
+        line(out, &format!("tenures_{name}"), count);
+    }
+    let commands = &report.commands;
+    line(out, "acquires_waited", commands.waited);
+    line(out, "acquire_wait_seconds", commands.wait.info_value());
+    line(out, "acquires_timed_out", commands.timed_out);
+    line(out, "acquires_lock_delayed", health.lock_delayed);
+    line(out, "events_published", commands.events);
 }
 
 fn line(out: &mut String, name: &str, value: impl std::fmt::Display) {

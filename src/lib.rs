@@ -12,7 +12,8 @@
 //!
 //! ```text
 //! leaves   registry, request, reply, command, config, glob, number, splitargs,
-//!          ceiling, aof, slowlog, monitor, pubsub, system, logging, warnings, tls
+//!          ceiling, aof, slowlog, monitor, pubsub, system, logging, warnings, tls,
+//!          histogram
 //! state    the running configuration, client table, counters, clock
 //! core     the task that owns the registry, the log and the token ceiling
 //! views    info, metrics
@@ -43,6 +44,7 @@
 //! - [`number`]: numbers in arguments, parsed as Redis parses them.
 //! - [`splitargs`]: Redis's quoted-argument splitting, for inline requests and the config file.
 //! - [`glob`]: Redis's glob patterns, for `CONFIG GET`.
+//! - [`histogram`]: observations in fixed buckets (heartbeat slack, acquire waits).
 
 pub mod aof;
 pub mod ceiling;
@@ -51,6 +53,7 @@ pub mod config;
 pub mod connection;
 pub mod core;
 pub mod glob;
+pub mod histogram;
 pub mod info;
 pub mod logging;
 pub mod metrics;

@@ -28,7 +28,9 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, prometheus_text, text};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeMetric, NoLabelSet, prometheus_text, text,
+};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
@@ -40,6 +42,9 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
 use crate::core::{CommandStats, CoreHandle, CoreReport};
+use crate::histogram::Histogram;
+use crate::info;
+use crate::registry::{Refused, TenureEnd};
 use crate::state::Shared;
 use crate::system::{self, CpuTimes, Memory};
 use Kind::{Counter, Gauge};
@@ -193,6 +198,7 @@ async fn scrape(shared: &Shared, core: &CoreHandle) -> Option<Scrape> {
         net_input: count(&stats.net_input_bytes),
         net_output: count(&stats.net_output_bytes),
         rejected_connections: count(&stats.rejected_connections),
+        pubsub_clients: info::pubsub_clients(shared) as u64,
     })
 }
 
@@ -448,6 +454,48 @@ static METRICS: &[Metric] = &[
         |s| int(s.report.last_token),
     ),
     metric(
+        "leased_acquires_waited",
+        Counter,
+        "",
+        "Blocked acquires (BLOCK) granted their run; how long they waited is leased_acquire_wait_seconds",
+        |s| int(s.report.commands.waited),
+    ),
+    metric(
+        "leased_acquires_timed_out",
+        Counter,
+        "",
+        "Blocked acquires whose BLOCK timeout ran out (answered null)",
+        |s| int(s.report.commands.timed_out),
+    ),
+    metric(
+        "leased_acquires_lock_delayed",
+        Counter,
+        "",
+        "Acquires refused because the run's lease had expired but its lock delay had not passed",
+        |s| int(s.report.health.lock_delayed),
+    ),
+    metric(
+        "leased_blocked_clients",
+        Gauge,
+        "",
+        "Clients waiting in a blocked acquire",
+        |s| int(s.report.blocked_clients as u64),
+    ),
+    metric(
+        "leased_pubsub_clients",
+        Gauge,
+        "",
+        "Clients subscribed to a channel or a pattern",
+        |s| int(s.pubsub_clients),
+    ),
+    metric(
+        "leased_events_published",
+        Counter,
+        "",
+        "Lease events published while someone subscribed, each counted once",
+        |s| int(s.report.commands.events),
+    ),
+    metric(
         "leased_registry_time",
         Gauge,
         "seconds",
@@ -473,6 +521,7 @@ struct Scrape {
     net_input: u64,
     net_output: u64,
     rejected_connections: u64,
+    pubsub_clients: u64,
 }
 
 impl Scrape {
@@ -534,6 +583,50 @@ impl Scrape {
         Ok(())
     }
 
+    /// `leased_heartbeats_refused_total{reason}` and
+    /// `leased_tenures_ended_total{end}`.
+    fn encode_health(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let help = "Heartbeats answered 0, by reason: expired (the lease's time had run out), \
+                    taken_over (its run has a newer lease), unknown (no such lease)";
+        let mut family = encoder.encode_descriptor(
+            "leased_heartbeats_refused",
+            help,
+            None,
+            MetricType::Counter,
+        )?;
+        let health = &self.report.health;
+        for (why, count) in Refused::ALL.iter().zip(health.refused) {
+            let labels = [("reason", why.as_str())];
+            ConstCounter::new(count).encode(family.encode_family(&labels)?)?;
+        }
+        let help = "Tenures (leases) ended, by how: released before expires_at, released-late \
+                    (at or after it), expired (never released; counted at the takeover or reclaim)";
+        let mut family =
+            encoder.encode_descriptor("leased_tenures_ended", help, None, MetricType::Counter)?;
+        for (how, count) in TenureEnd::ALL.iter().zip(health.ended) {
+            let labels = [("end", how.as_str())];
+            ConstCounter::new(count).encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+
+    /// The histograms: heartbeat slack and acquire waits.
+    fn encode_histograms(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
+        let help = "Heartbeat slack: the time a lease had left when its heartbeat extended it, \
+                    over its TTL (0: about to expire; 1: just extended)";
+        let slack = &self.report.health.slack;
+        encode_histogram(encoder, "leased_heartbeat_slack_ratio", help, None, slack)?;
+        let help = "How long blocked acquires waited before they were granted their run";
+        let wait = &self.report.commands.wait;
+        encode_histogram(
+            encoder,
+            "leased_acquire_wait",
+            help,
+            Some(Unit::Seconds),
+            wait,
+        )
+    }
+
     /// `leased_info{version}`, always 1.
     fn encode_info(&self, encoder: &mut DescriptorEncoder) -> fmt::Result {
         let info = Info::new([("version", env!("CARGO_PKG_VERSION").to_owned())]);
@@ -547,11 +640,25 @@ impl Collector for Scrape {
         self.encode_info(&mut encoder)?;
         self.encode_leases(&mut encoder)?;
         self.encode_commands(&mut encoder)?;
+        self.encode_health(&mut encoder)?;
+        self.encode_histograms(&mut encoder)?;
         for metric in METRICS {
             self.encode_metric(&mut encoder, metric)?;
         }
         Ok(())
     }
+}
+
+fn encode_histogram(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<Unit>,
+    histogram: &Histogram,
+) -> fmt::Result {
+    let mut metric = encoder.encode_descriptor(name, help, unit.as_ref(), MetricType::Histogram)?;
+    let buckets = histogram.buckets();
+    metric.encode_histogram::<NoLabelSet>(histogram.sum(), histogram.count(), &buckets, None)
 }
 
 #[derive(Clone, Copy)]
@@ -564,10 +671,19 @@ enum Number {
 mod tests {
     use super::*;
     use crate::aof::{FsyncPolicy, LogStatus};
+    use crate::registry::Health;
 
     fn sample() -> Scrape {
         let mut commands = CommandStats::default();
         commands.counts[0] = [4, 2];
+        commands.granted_after(Duration::from_millis(3));
+        let mut health = Health {
+            refused: [5, 1, 0],
+            ended: [7, 2, 3],
+            ..Health::default()
+        };
+        health.slack.observe(0.05);
+        health.slack.observe(0.95);
         Scrape {
             report: CoreReport {
                 leases: 4,
@@ -578,6 +694,7 @@ mod tests {
                 lease_ttl: 10.0,
                 blocked_clients: 0,
                 commands,
+                health,
                 log: Some(LogStatus {
                     policy: FsyncPolicy::EverySec,
                     size: 100,
@@ -603,6 +720,7 @@ mod tests {
             net_input: 0,
             net_output: 0,
             rejected_connections: 0,
+            pubsub_clients: 2,
         }
     }
 
@@ -618,6 +736,18 @@ mod tests {
             "leased_lease_commands_total{command=\"acquire\",result=\"ok\"} 4\n",
             "leased_lease_commands_total{command=\"acquire\",result=\"failed\"} 2\n",
             "leased_last_fencing_token 9\n",
+            "leased_heartbeats_refused_total{reason=\"expired\"} 5\n",
+            "leased_heartbeats_refused_total{reason=\"taken_over\"} 1\n",
+            "leased_tenures_ended_total{end=\"released-late\"} 2\n",
+            "leased_heartbeat_slack_ratio_count 2\n",
+            "leased_heartbeat_slack_ratio_bucket{le=\"0.1\"} 1\n",
+            "leased_heartbeat_slack_ratio_bucket{le=\"0.9\"} 1\n",
+            "leased_heartbeat_slack_ratio_bucket{le=\"1\"} 2\n",
+            "leased_heartbeat_slack_ratio_bucket{le=\"+Inf\"} 2\n",
+            "leased_acquire_wait_seconds_bucket{le=\"0.001\"} 0\n",
+            "leased_acquire_wait_seconds_bucket{le=\"0.005\"} 1\n",
+            "leased_acquires_waited_total 1\n",
+            "leased_pubsub_clients 2\n",
         ] {
             assert!(text.contains(expected), "{expected:?} in\n{text}");
         }

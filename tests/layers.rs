@@ -24,6 +24,7 @@ const LAYERS: &[(&str, usize)] = &[
     ("command", 0),
     ("config", 0),
     ("glob", 0),
+    ("histogram", 0),
     ("logging", 0),
     ("monitor", 0),
     ("number", 0),

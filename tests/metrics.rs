@@ -11,8 +11,10 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use common::binary::{Server, free_port};
-use common::client::bulk_value;
+use common::client::{bulk_value, lease_or_null};
 use common::inprocess::{InProcess, within_wall_clock};
+use redis::Value;
+use tokio::time::advance;
 
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -240,13 +242,17 @@ fn the_figures_are_those_of_info() {
     assert!(sample(&samples, "leased_memory_rss_bytes") > 0.0);
 
     // Every sample has its HELP and TYPE; counters, and only they, end in
-    // _total.
+    // _total; a histogram's samples end in _bucket, _sum and _count.
     for series in samples.keys() {
         let name = series.split('{').next().unwrap();
-        let kind = if name.ends_with("_total") {
-            "counter"
-        } else {
-            "gauge"
+        let histogram = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|suffix| name.strip_suffix(suffix))
+            .filter(|family| body.contains(&format!("# TYPE {family} histogram\n")));
+        let (name, kind) = match histogram {
+            Some(family) => (family, "histogram"),
+            None if name.ends_with("_total") => (name, "counter"),
+            None => (name, "gauge"),
         };
         assert!(body.contains(&format!("# TYPE {name} {kind}\n")), "{name}");
         assert!(body.contains(&format!("# HELP {name} ")), "{name}");
@@ -454,4 +460,176 @@ fn a_taken_metrics_port_stops_the_start_naming_it() {
     };
     let expected = format!("Could not create server metrics listening socket 127.0.0.1:{port}");
     assert!(output.contains(&expected), "{output}");
+}
+
+/// A scripted fleet: a worker that heartbeats early, one that heartbeats
+/// late, one too late (refused, then taken over), one with a made-up lease,
+/// a blocked acquire that is served and one that times out, an acquire
+/// held off by a lock delay, and a subscriber. INFO and the endpoint show
+/// the same figures, and `CONFIG RESETSTAT` zeroes them.
+#[tokio::test(start_paused = true)]
+async fn a_fleet_that_heartbeats_late_shows_in_info_and_metrics() {
+    // Leases are kept (retention 0): a reclaim would end the logical-clock
+    // tenures below as expired, as soon as the server's clock is seen.
+    let metrics_port = free_port().to_string();
+    let args = ["--metrics-port", &metrics_port, "--lease-retention", "0"];
+    let server = InProcess::start(&args).await;
+    let port = server.metrics_port.expect("the metrics endpoint");
+    let mut con = server.client().await;
+    // On a logical clock (explicit `now`), TTL 10.
+    let ttl = Some(10.0);
+    let early = con.acquire("early", "w", Some(0.0), ttl).await.unwrap();
+    let late = con.acquire("late", "w", Some(0.0), ttl).await.unwrap();
+    let stalled = con.acquire("stalled", "w", Some(0.0), ttl).await.unwrap();
+    assert!(con.heartbeat(&early, Some(1.0)).await); // slack 0.9
+    assert!(con.heartbeat(&early, Some(2.0)).await); // 0.9 again
+    assert!(con.heartbeat(&late, Some(9.0)).await); // 0.1
+    assert!(!con.heartbeat(&stalled, Some(10.0)).await); // expired
+    let took = con.acquire("stalled", "v", Some(12.0), ttl).await.unwrap();
+    assert!(!con.heartbeat(&stalled, Some(12.0)).await); // taken over
+    let mut made_up = took.clone();
+    made_up.lease_id = b"nobody:w:99".to_vec();
+    made_up.fencing_token = 99;
+    assert!(!con.heartbeat(&made_up, Some(12.0)).await); // unknown
+    // A lock delay holds an acquire off after an expiry.
+    let words = [
+        "LEASE.ACQUIRE",
+        "delayed",
+        "w",
+        "20",
+        "TTL",
+        "1",
+        "LOCKDELAY",
+        "5",
+    ];
+    con.run(&words).await;
+    assert_eq!(con.acquire("delayed", "v", Some(22.0), ttl).await, None);
+
+    // On the server's clock every lease above is long past: released late.
+    assert!(con.release(&late).await);
+    let fresh = con.acquire("fresh", "w", None, ttl).await.unwrap();
+    assert!(con.release(&fresh).await);
+
+    // A blocked acquire served after 2 s, and one that times out.
+    let holder = con.acquire("wanted", "h", None, Some(2.0)).await.unwrap();
+    let served = blocked(&server, "wanted", 0).await;
+    advance(Duration::from_secs(3)).await;
+    assert!(lease_or_null(&served.await.unwrap().unwrap()).is_some());
+    let held = con.acquire("held", "h", None, Some(60.0)).await.unwrap();
+    let timing_out = blocked(&server, "held", 100).await;
+    advance(Duration::from_millis(200)).await;
+    assert_eq!(timing_out.await.unwrap().unwrap(), Value::Nil);
+
+    // A subscriber makes the registry publish: one acquire, one event.
+    let mut subscriber = server.client().await;
+    subscriber.run(&["PSUBSCRIBE", "__lease__:*"]).await;
+    con.acquire("watched", "w", None, ttl).await.unwrap();
+
+    let info = con.info("leases").await;
+    let scraped = exchange_in_process(port, &request("GET", "/metrics", "")).await;
+    let samples = samples(&Response::parse(&scraped).body);
+    for (field, series, value) in [
+        (
+            "heartbeats_refused_expired",
+            "leased_heartbeats_refused_total{reason=\"expired\"}",
+            1.0,
+        ),
+        (
+            "heartbeats_refused_taken_over",
+            "leased_heartbeats_refused_total{reason=\"taken_over\"}",
+            1.0,
+        ),
+        (
+            "heartbeats_refused_unknown",
+            "leased_heartbeats_refused_total{reason=\"unknown\"}",
+            1.0,
+        ),
+        (
+            "tenures_released",
+            "leased_tenures_ended_total{end=\"released\"}",
+            1.0,
+        ),
+        (
+            "tenures_released_late",
+            "leased_tenures_ended_total{end=\"released-late\"}",
+            1.0,
+        ),
+        // The stalled worker's lease at the takeover; the holder of
+        // "wanted" at its waiter's grant.
+        (
+            "tenures_expired",
+            "leased_tenures_ended_total{end=\"expired\"}",
+            2.0,
+        ),
+        ("acquires_waited", "leased_acquires_waited_total", 1.0),
+        ("acquires_timed_out", "leased_acquires_timed_out_total", 1.0),
+        (
+            "acquires_lock_delayed",
+            "leased_acquires_lock_delayed_total",
+            1.0,
+        ),
+        ("events_published", "leased_events_published_total", 1.0),
+    ] {
+        assert_eq!(info_number(&info, field), value, "INFO {field}");
+        assert_eq!(sample(&samples, series), value, "{series}");
+    }
+    assert_eq!(
+        info["heartbeat_slack"],
+        "le_0.1=1,le_0.2=1,le_0.3=1,le_0.4=1,le_0.5=1,le_0.6=1,le_0.7=1,le_0.8=1,\
+         le_0.9=3,le_1=3,le_inf=3,sum=1.9,count=3"
+    );
+    for (le, count) in [("0.1", 1.0), ("0.8", 1.0), ("0.9", 3.0), ("+Inf", 3.0)] {
+        let series = format!("leased_heartbeat_slack_ratio_bucket{{le=\"{le}\"}}");
+        assert_eq!(sample(&samples, &series), count, "{series}");
+    }
+    // The waiter waited 2 s (the holder's TTL), on tokio's clock.
+    let waits = &info["acquire_wait_seconds"];
+    assert!(waits.starts_with("le_0.001=0,"), "{waits}");
+    assert!(waits.contains(",le_1=0,le_5=1,"), "{waits}");
+    let wait_series = "leased_acquire_wait_seconds_bucket{le=\"5\"}";
+    assert_eq!(sample(&samples, wait_series), 1.0);
+    assert_eq!(sample(&samples, "leased_acquire_wait_seconds_count"), 1.0);
+    assert_eq!(sample(&samples, "leased_pubsub_clients"), 1.0);
+
+    assert_eq!(con.run(&["CONFIG", "RESETSTAT"]).await, Value::Okay);
+    let info = con.info("leases").await;
+    for field in [
+        "heartbeats_refused_expired",
+        "tenures_expired",
+        "acquires_waited",
+    ] {
+        assert_eq!(info_number(&info, field), 0.0, "{field} after RESETSTAT");
+    }
+    assert!(info["heartbeat_slack"].ends_with("count=0"));
+    drop((held, holder));
+}
+
+/// A blocked `LEASE.ACQUIRE run waiter BLOCK ms` on a connection of its
+/// own, once the server has queued it.
+async fn blocked(
+    server: &InProcess,
+    run: &str,
+    block_ms: u64,
+) -> tokio::task::JoinHandle<redis::RedisResult<Value>> {
+    let mut con = server.client().await;
+    let words: Vec<String> = [
+        "LEASE.ACQUIRE",
+        run,
+        "waiter",
+        "BLOCK",
+        &block_ms.to_string(),
+    ]
+    .map(String::from)
+    .to_vec();
+    let queued = tokio::spawn(async move {
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
+        common::client::words(&words)
+            .query_async::<Value>(&mut con.con)
+            .await
+    });
+    let mut admin = server.client().await;
+    while admin.run(&["LEASE.WAITERS", run]).await == Value::Array(vec![]) {
+        common::inprocess::settle().await;
+    }
+    queued
 }

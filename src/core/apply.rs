@@ -85,6 +85,7 @@ impl Core {
             CoreCommand::Configure(pairs) => CoreAnswer::Configured(self.configure(&pairs)),
             CoreCommand::ResetStats => {
                 self.stats = CommandStats::default();
+                self.registry.reset_health();
                 self.shared.stats.reset();
                 CoreAnswer::Reset
             }
@@ -105,6 +106,7 @@ impl Core {
             lease_ttl: self.registry.default_ttl(),
             blocked_clients: self.waiters.count(),
             commands: self.stats.clone(),
+            health: self.registry.health().clone(),
             log: self.log.as_ref().map(Log::status),
         }
     }

@@ -61,6 +61,7 @@ impl Core {
             ttl,
             lock_delay,
             reply,
+            since: Instant::now(),
         };
         let deadline = timeout.map(|timeout| Instant::now() + timeout);
         let free_at = self.registry.free_at(&run_id);
@@ -123,6 +124,9 @@ impl Core {
             self.publish();
             let waiter = self.waiters.pop(&run).expect("the front waiter");
             let taken = outcome.is_some();
+            if taken {
+                self.stats.granted_after(waiter.since.elapsed());
+            }
             self.grants.push((waiter, granted));
             if taken {
                 if let Some(at) = self.registry.free_at(&run) {
@@ -157,6 +161,7 @@ impl Core {
     /// Answers null to the waiters whose timeout has run out.
     pub(super) fn time_out_waiters(&mut self) {
         for waiter in self.waiters.timed_out(Instant::now()) {
+            self.stats.timed_out += 1;
             let _ = waiter.reply.send(Granted::TimedOut);
         }
     }

@@ -57,6 +57,7 @@ impl Core {
                     .free_at(event.run_id.clone(), f64::NEG_INFINITY);
             }
             if listening {
+                self.stats.events += 1;
                 run_channel(&event, &mut channel);
                 pubsub.publish(&channel, || run_payload(&event));
                 event_channel(&event, &mut channel);

@@ -2,8 +2,11 @@
 //! registry, the log and the lease commands, taken on the core task and
 //! rendered off it.
 
+use std::time::Duration;
+
 use crate::aof::LogStatus;
-use crate::registry::{Op, Outcome};
+use crate::histogram::Histogram;
+use crate::registry::{Health, Op, Outcome};
 
 /// The core's figures at one moment.
 #[derive(Clone, Debug)]
@@ -23,15 +26,22 @@ pub struct CoreReport {
     /// Clients waiting in a blocked acquire.
     pub blocked_clients: usize,
     pub commands: CommandStats,
+    /// How heartbeats and tenures fared, as the registry counted them.
+    pub health: Health,
     /// The append-only log's state; `None` with `appendonly no`.
     pub log: Option<LogStatus>,
 }
 
+/// Buckets of the time blocked acquires waited, in seconds.
+pub const WAIT_BOUNDS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
+
 /// Successes and failures of each lease command, for `INFO leases`: an
 /// acquire fails when the run is held, a heartbeat, validate or release
 /// when it answers 0, a get when the run has no lease, any of them on an
-/// error.
-#[derive(Clone, Debug, Default)]
+/// error. And what came of blocked acquires, and events published.
+#[derive(Clone, Debug)]
 pub struct CommandStats {
     /// `[succeeded, failed]` for each of [`CommandStats::NAMES`].
     pub counts: [[u64; 2]; 5],
@@ -42,6 +52,28 @@ pub struct CommandStats {
     pub misses: u64,
     /// Leases removed because their retention ran out.
     pub reclaimed: u64,
+    /// Blocked acquires granted their run, and how long each waited.
+    pub waited: u64,
+    pub wait: Histogram,
+    /// Blocked acquires whose `BLOCK` timeout ran out.
+    pub timed_out: u64,
+    /// Lease events published (each once, however many subscribers got it).
+    pub events: u64,
+}
+
+impl Default for CommandStats {
+    fn default() -> CommandStats {
+        CommandStats {
+            counts: [[0; 2]; 5],
+            hits: 0,
+            misses: 0,
+            reclaimed: 0,
+            waited: 0,
+            wait: Histogram::new(WAIT_BOUNDS),
+            timed_out: 0,
+            events: 0,
+        }
+    }
 }
 
 impl CommandStats {
@@ -57,6 +89,12 @@ impl CommandStats {
             Op::Get { .. } => 4,
             _ => return None,
         })
+    }
+
+    /// A blocked acquire was granted its run after `waited`.
+    pub fn granted_after(&mut self, waited: Duration) {
+        self.waited += 1;
+        self.wait.observe(waited.as_secs_f64());
     }
 
     /// Counts `op`, which gave `outcome`, or an error when `None`.

@@ -44,6 +44,8 @@ pub struct Waiter {
     pub ttl: Option<f64>,
     pub lock_delay: Option<f64>,
     pub reply: oneshot::Sender<Granted>,
+    /// When it began to wait.
+    pub since: Instant,
 }
 
 impl Waiter {
@@ -241,6 +243,7 @@ mod tests {
             ttl: None,
             lock_delay: None,
             reply,
+            since: Instant::now(),
         };
         (waiter, receiver)
     }

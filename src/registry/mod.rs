@@ -32,12 +32,14 @@
 mod arena;
 mod change;
 mod events;
+mod health;
 mod index;
 mod op;
 mod table;
 
 pub use change::{Change, LeaseRecord};
 pub use events::{Event, EventKind};
+pub use health::{Health, Refused, SLACK_BOUNDS, TenureEnd};
 pub use index::Retired;
 pub use op::{IdKind, Op, Outcome};
 
@@ -100,6 +102,8 @@ pub struct Registry {
     emitting: bool,
     /// Every expiry up to this time has been announced as an event.
     announced: f64,
+    /// How heartbeats and tenures fared: figures, not state.
+    health: Health,
 }
 
 impl Registry {
@@ -119,6 +123,7 @@ impl Registry {
             events: Vec::new(),
             emitting: false,
             announced: f64::NEG_INFINITY,
+            health: Health::default(),
         }
     }
 
@@ -245,11 +250,17 @@ impl Registry {
     ) -> Result<Option<Lease>, TokensExhausted> {
         let now = self.advance_time(now);
         let previous = self.leases.find_run(run_id);
-        if previous.is_some_and(|slot| self.closed(slot, now)) {
+        if let Some(slot) = previous
+            && self.closed(slot, now)
+        {
+            if self.leases.get(slot).expires_at <= now {
+                self.health.lock_delayed += 1;
+            }
             return Ok(None);
         }
         let fencing_token = self.next_token()?;
         if let Some(slot) = previous {
+            self.health.end(TenureEnd::Expired);
             self.emit_if_expired(slot, now);
         }
         let lease = NewLease {
@@ -319,13 +330,25 @@ impl Registry {
     /// TTL from `now`. Never revives an expired lease.
     pub fn heartbeat(&mut self, lease_id: &[u8], fencing_token: u64, now: f64) -> bool {
         let now = self.advance_time(now);
-        let Some(slot) = self.current_by_token(fencing_token) else {
+        let named = self
+            .current_by_token(fencing_token)
+            .filter(|&slot| id_matches(lease_id, self.leases.get(slot)));
+        let Some(slot) = named else {
+            let why = if self.taken_over(lease_id, fencing_token) {
+                Refused::TakenOver
+            } else {
+                Refused::Unknown
+            };
+            self.health.refuse(why);
             return false;
         };
         let entry = self.leases.get(slot);
-        if !id_matches(lease_id, entry) || entry.expires_at <= now {
+        if entry.expires_at <= now {
+            self.health.refuse(Refused::Expired);
             return false;
         }
+        let slack = (entry.expires_at - now) / entry.ttl;
+        self.health.slack.observe(slack);
         let expires_at = now + entry.ttl;
         self.leases.set_expiry(slot, expires_at);
         self.record(|| Change::Extend {
@@ -373,6 +396,12 @@ impl Registry {
         if !id_matches(lease_id, self.leases.get(slot)) {
             return false;
         }
+        let late = self.leases.get(slot).expires_at <= clock.max(self.time);
+        self.health.end(if late {
+            TenureEnd::ReleasedLate
+        } else {
+            TenureEnd::Released
+        });
         self.emit_if_expired(slot, clock.max(self.time));
         self.emit(EventKind::Released, slot);
         self.leases.remove(slot);
@@ -433,6 +462,7 @@ impl Registry {
 
     fn reclaim_slot(&mut self, slot: u32) {
         let fencing_token = self.leases.get(slot).fencing_token;
+        self.health.end(TenureEnd::Expired);
         self.emit_if_expired(slot, self.time);
         self.emit(EventKind::Reclaimed, slot);
         self.leases.remove(slot);

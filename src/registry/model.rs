@@ -55,6 +55,8 @@ pub struct Model {
     pub default_lock_delay: f64,
     /// Seconds an expired lease stays; infinite keeps it forever.
     pub retention: f64,
+    /// Heartbeats refused: expired, taken over, unknown.
+    pub refused: [u64; 3],
 }
 
 impl Model {
@@ -66,6 +68,7 @@ impl Model {
             default_ttl,
             default_lock_delay: 0.0,
             retention: f64::INFINITY,
+            refused: [0; 3],
         }
     }
 
@@ -113,6 +116,20 @@ impl Model {
         })
     }
 
+    /// Whether `lease_id` reads as `run:<anything>:token` for a run whose
+    /// current lease is newer than `token`.
+    fn taken_over(&self, lease_id: &[u8], token: u64) -> bool {
+        let tail = format!(":{token}").into_bytes();
+        self.issued.iter().any(|l| {
+            let head = [&l.run[..], b":"].concat();
+            l.current
+                && l.token > token
+                && lease_id.len() >= head.len() + tail.len()
+                && lease_id.starts_with(&head)
+                && lease_id.ends_with(&tail)
+        })
+    }
+
     /// The outcome of `op` at `clock`; `None` for the ops whose outcome
     /// depends on how the registry lays its leases out (scan, size,
     /// reclaim), which the model does not know.
@@ -139,7 +156,19 @@ impl Model {
                         self.issued[i].expires_at = t + self.issued[i].ttl;
                         Outcome::Flag(true)
                     }
-                    _ => Outcome::Flag(false),
+                    Some(_) => {
+                        self.refused[0] += 1;
+                        Outcome::Flag(false)
+                    }
+                    None => {
+                        let why = if self.taken_over(lease_id, *token) {
+                            1
+                        } else {
+                            2
+                        };
+                        self.refused[why] += 1;
+                        Outcome::Flag(false)
+                    }
                 }
             }
             Op::Validate {
@@ -251,6 +280,21 @@ pub fn check_state(registry: &Registry, model: &Model) -> Result<(), String> {
             expired as u64,
         ),
         ("last token", registry.last_token(), model.last_token),
+        (
+            "heartbeats refused as expired",
+            registry.health().refused[0],
+            model.refused[0],
+        ),
+        (
+            "heartbeats refused as taken over",
+            registry.health().refused[1],
+            model.refused[1],
+        ),
+        (
+            "heartbeats refused as unknown",
+            registry.health().refused[2],
+            model.refused[2],
+        ),
     ];
     if let Some((what, got, want)) = figures.iter().find(|(_, got, want)| got != want) {
         return Err(format!("{what}: registry {got}, model {want}"));

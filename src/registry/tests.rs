@@ -1498,3 +1498,103 @@ fn leases_behind_the_announced_time_are_announced_at_once() {
         ["acquired:1:a@x", "expired:1:a@x", "acquired:2:b@y"]
     );
 }
+
+// ---------------------------------------------------------------
+// Health: why heartbeats were refused, their slack, how tenures ended.
+// ---------------------------------------------------------------
+
+#[test]
+fn refused_heartbeats_are_counted_by_reason() {
+    let mut r = registry();
+    let ops = [
+        (acq("a:b", "c", 0.0, None), issued("a:b", "c", 1, 10.0)),
+        // Expired: still its run's lease, but out of time.
+        (hb("a:b:c:1", 1, 10.0), ZERO),
+        // Taken over: the run has a newer lease.
+        (acq("a:b", "d", 11.0, None), issued("a:b", "d", 2, 21.0)),
+        (hb("a:b:c:1", 1, 12.0), ZERO),
+        // Run and worker may hold ':', so "a:b:c:1" also reads as run "a",
+        // worker "b:c": once run "a" has a newer lease, that is taken over
+        // too, as is any id that reads as a lease of "a" older than 3.
+        (acq("a", "x", 12.0, None), issued("a", "x", 3, 22.0)),
+        (hb("a:b:c:1", 1, 12.0), ZERO),
+        (hb("a:b:e:2", 2, 12.0), ZERO),
+        // Unknown: a token newer than every lease of the runs the id can
+        // name, and an id that does not end in ":<token>".
+        (hb("a:b:d:9", 9, 12.0), ZERO),
+        (hb("a:b:d:02", 2, 12.0), ZERO),
+    ];
+    for (op, want) in ops {
+        assert_eq!(r.apply(&op, UNREAD), want, "{op:?}");
+    }
+    assert_eq!(r.health().refused, [1, 3, 2]);
+}
+
+#[test]
+fn heartbeat_slack_is_the_share_of_the_ttl_left() {
+    let mut r = registry();
+    assert_eq!(
+        r.apply(&acq("run", "w", 0.0, None), UNREAD),
+        issued("run", "w", 1, 10.0)
+    );
+    for (now, left) in [(1.0, 0.9), (9.5, 0.15), (10.0, 0.95), (19.0, 0.1)] {
+        let before = r.health().slack.buckets();
+        assert_eq!(r.apply(&hb("run:w:1", 1, now), UNREAD), ONE);
+        let after = r.health().slack.buckets();
+        let moved: Vec<f64> = (before.iter().zip(&after))
+            .filter(|(b, a)| b.1 != a.1)
+            .map(|(_, a)| a.0)
+            .collect();
+        let bucket = SLACK_BOUNDS.iter().copied().find(|&b| left <= b);
+        assert_eq!(moved, [bucket.unwrap()], "slack {left} at {now}");
+    }
+    assert_eq!(r.health().slack.count(), 4);
+    assert_eq!(r.health().refused, [0, 0, 0]);
+}
+
+#[test]
+fn tenures_are_counted_once_by_how_they_ended() {
+    let mut r = registry();
+    r.set_retention(100.0);
+    let steps = [
+        (acq("r1", "w", 0.0, None), issued("r1", "w", 1, 10.0)),
+        (rel("r1:w:1", 1), ONE), // released in time
+        (acq("r2", "w", 0.0, None), issued("r2", "w", 2, 10.0)),
+        (acq("r3", "w", 0.0, None), issued("r3", "w", 3, 10.0)),
+        (get("r1", 10.0), NULL),
+        (rel("r2:w:2", 2), ONE), // released at its expires_at: late
+        (acq("r3", "v", 12.0, None), issued("r3", "v", 4, 22.0)), // takeover
+    ];
+    for (op, want) in steps {
+        assert_eq!(r.apply(&op, UNREAD), want, "{op:?}");
+    }
+    assert_eq!(r.health().ended, [1, 1, 1]);
+    // r3's second lease expires and is reclaimed once retention has run.
+    assert_eq!(r.apply(&get("r3", 200.0), UNREAD), NULL);
+    assert_eq!(r.reclaim(10), 1);
+    assert_eq!(r.health().ended, [1, 1, 2]);
+    r.reset_health();
+    assert_eq!(r.health(), &Health::default());
+}
+
+#[test]
+fn acquires_held_off_by_a_lock_delay_are_counted() {
+    let mut r = registry();
+    let delayed = Op::Acquire {
+        run_id: bytes("run"),
+        worker_id: bytes("w"),
+        now: Some(0.0),
+        ttl: None,
+        lock_delay: Some(5.0),
+    };
+    assert_eq!(r.apply(&delayed, UNREAD), issued("run", "w", 1, 10.0));
+    assert_eq!(r.apply(&acq("run", "v", 5.0, None), UNREAD), held());
+    assert_eq!(r.health().lock_delayed, 0, "held, not delayed");
+    assert_eq!(r.apply(&acq("run", "v", 12.0, None), UNREAD), held());
+    assert_eq!(r.health().lock_delayed, 1);
+    assert_eq!(
+        r.apply(&acq("run", "v", 15.0, None), UNREAD),
+        issued("run", "v", 2, 25.0)
+    );
+    assert_eq!(r.health().ended, [0, 0, 1]);
+}
