@@ -199,8 +199,9 @@ fn memory(out: &mut String, context: &Context) {
     line(out, "used_memory_scripts", 0);
     line(out, "used_memory_scripts_human", human_bytes(0));
     line(out, "number_of_cached_scripts", 0);
-    line(out, "maxmemory", 0);
-    line(out, "maxmemory_human", human_bytes(0));
+    let maxmemory = context.shared.config().maxmemory;
+    line(out, "maxmemory", maxmemory);
+    line(out, "maxmemory_human", human_bytes(maxmemory));
     line(out, "maxmemory_policy", "noeviction");
     fragmentation(out, "allocator_frag", active, allocated);
     fragmentation(out, "allocator_rss", resident, active);

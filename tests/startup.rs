@@ -117,11 +117,11 @@ fn an_unknown_directive_in_the_file_names_it_and_the_line() {
     let temp = temp();
     let file = write_file(
         &temp.path().join("leased.conf"),
-        "# comment\n\nport 0\nmaxmemory 10mb\n",
+        "# comment\n\nport 0\nhash-max-listpack-entries 128\n",
     );
     let path = file.to_str().unwrap();
     let output = refused(&[path]);
-    assert!(output.contains("maxmemory"), "{output}");
+    assert!(output.contains("hash-max-listpack-entries"), "{output}");
     assert!(
         output.contains(&format!("{path}:4")),
         "the message should name the file and line 4: {output}"
@@ -166,8 +166,8 @@ fn an_unknown_flag_is_refused_by_name() {
     let output = refused(&["--no-such-directive", "1"]);
     assert!(output.contains("--no-such-directive"), "{output}");
     // Directives that Redis has but leased cannot set are unknown too.
-    let output = refused(&["--maxmemory", "10mb"]);
-    assert!(output.contains("--maxmemory"), "{output}");
+    let output = refused(&["--hash-max-listpack-entries", "128"]);
+    assert!(output.contains("--hash-max-listpack-entries"), "{output}");
 }
 
 #[test]

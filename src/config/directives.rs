@@ -384,6 +384,37 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         show: |c| c.slowlog_max_len.to_string(),
     },
     Directive {
+        name: "maxmemory",
+        default: &["0"],
+        value_name: "SIZE",
+        help: "Memory limit: above it an acquire that would take a run gets OOM and changes nothing; leases are never evicted (0 = no limit)",
+        syntax: Syntax::Size,
+        flags: MUTABLE,
+        set: |c, args| {
+            c.maxmemory = expect(
+                parse_memory(&args[0]),
+                "a size, e.g. 2gb, or 0 for no limit",
+            )?;
+            Ok(())
+        },
+        show: |c| c.maxmemory.to_string(),
+    },
+    Directive {
+        name: "maxmemory-policy",
+        default: &["noeviction"],
+        value_name: "POLICY",
+        help: "What happens above maxmemory: noeviction, the only policy (leases are never evicted)",
+        syntax: Syntax::One,
+        flags: MUTABLE,
+        set: |_, args| {
+            let known = args[0].eq_ignore_ascii_case("noeviction");
+            known.then_some(()).ok_or(Refusal::Expected(
+                "noeviction: leases are never evicted, so it is the only policy",
+            ))
+        },
+        show: |_| "noeviction".to_owned(),
+    },
+    Directive {
         name: "proto-max-bulk-len",
         default: &["512mb"],
         value_name: "SIZE",
@@ -914,6 +945,7 @@ impl Default for Config {
             slowlog_log_slower_than: 0,
             slowlog_max_len: 0,
             proto_max_bulk_len: 0,
+            maxmemory: 0,
             client_query_buffer_limit: 0,
             client_output_buffer_limit: OutputLimits {
                 normal: NO_OUTPUT_LIMIT,

@@ -104,6 +104,9 @@ pub struct Config {
     pub slowlog_max_len: usize,
     /// The longest bulk string (argument) a client may send.
     pub proto_max_bulk_len: usize,
+    /// Bytes allocated above which acquires that would take a run are
+    /// refused (`maxmemory`, Redis's noeviction); 0: no limit.
+    pub maxmemory: u64,
     /// The most bytes of unfinished requests one client may have buffered.
     pub client_query_buffer_limit: usize,
     /// When a client that does not read its replies is disconnected, by

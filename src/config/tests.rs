@@ -357,8 +357,8 @@ fn logging_directives() {
 #[test]
 fn unknown_directives_including_read_only_ones() {
     assert_eq!(
-        invalid("port 1\nmaxmemory 10mb"),
-        "test.conf:2: 'maxmemory 10mb': unknown directive 'maxmemory'"
+        invalid("port 1\nhash-max-listpack-entries 128"),
+        "test.conf:2: 'hash-max-listpack-entries 128': unknown directive 'hash-max-listpack-entries'"
     );
     assert_eq!(
         invalid("save 900 1"),
@@ -654,6 +654,8 @@ fn config_get_all_in_table_order() {
         ("timeout", "0"),
         ("slowlog-log-slower-than", "10000"),
         ("slowlog-max-len", "128"),
+        ("maxmemory", "0"),
+        ("maxmemory-policy", "noeviction"),
         ("proto-max-bulk-len", "536870912"),
         ("client-query-buffer-limit", "1073741824"),
         (
@@ -1006,6 +1008,8 @@ fn mutable_directives_are_the_runtime_ones() {
             "timeout",
             "slowlog-log-slower-than",
             "slowlog-max-len",
+            "maxmemory",
+            "maxmemory-policy",
             "proto-max-bulk-len",
             "client-query-buffer-limit",
             "client-output-buffer-limit",
@@ -1465,4 +1469,27 @@ fn rewrite_errors_leave_the_old_file() {
     let mut left = strays(dir.path(), "a-file");
     left.sort();
     assert_eq!(left, ["conf.d"]);
+}
+
+#[test]
+fn maxmemory_takes_a_size_and_noeviction_is_the_only_policy() {
+    let config = set(&Config::default(), &["maxmemory", "20mb"]).unwrap();
+    assert_eq!(config.maxmemory, 20 << 20);
+    let config = set(
+        &config,
+        &["maxmemory", "0", "maxmemory-policy", "NOEVICTION"],
+    )
+    .unwrap();
+    assert_eq!(config.maxmemory, 0);
+    assert_eq!(
+        set_error(&["maxmemory", "lots"]),
+        "CONFIG SET failed (possibly related to argument 'maxmemory') - invalid maxmemory \
+         (expected a size, e.g. 2gb, or 0 for no limit)"
+    );
+    assert_eq!(
+        set_error(&["maxmemory-policy", "allkeys-lru"]),
+        "CONFIG SET failed (possibly related to argument 'maxmemory-policy') - invalid \
+         maxmemory-policy (expected noeviction: leases are never evicted, so it is the only \
+         policy)"
+    );
 }

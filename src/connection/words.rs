@@ -99,6 +99,9 @@ fn refusal_reply(refusal: &Refusal) -> Reply {
             "ERR now is more than {max_skew} seconds ahead of the server's clock \
              (lease-max-skew); send seconds since the Unix epoch, or omit now"
         )),
+        Refusal::OutOfMemory => {
+            Reply::error("OOM command not allowed when used memory > 'maxmemory'.")
+        }
         Refusal::NoLog => Reply::error("ERR the append-only log is disabled (appendonly no)"),
         Refusal::ShuttingDown => Reply::error("ERR the server is shutting down"),
     }

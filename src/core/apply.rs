@@ -48,7 +48,8 @@ impl Core {
 
     /// Why `op` must not be applied, if it must not: a change while the log
     /// is failing, a `now` too far ahead of the clock, an acquire while the
-    /// next token cannot be made durable.
+    /// next token cannot be made durable, or that would grow the registry
+    /// while memory is above `maxmemory`.
     pub(super) fn refusal(&mut self, op: &Op, round: &Round) -> Option<Refusal> {
         if let Some(failure) = &round.log_failure
             && op.changes_leases()
@@ -67,6 +68,11 @@ impl Core {
             && let Err(error) = self.tokens.allow_next(self.registry.last_token())
         {
             return Some(Refusal::Ceiling(error));
+        }
+        if let Op::Acquire { run_id, .. } = op
+            && self.over_maxmemory(run_id, round)
+        {
+            return Some(Refusal::OutOfMemory);
         }
         None
     }

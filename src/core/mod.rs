@@ -34,6 +34,7 @@
 
 mod apply;
 mod handover;
+mod memory;
 mod publish;
 mod report;
 mod task;
@@ -123,6 +124,9 @@ pub enum Refusal {
     /// An explicit `now` more than `lease-max-skew` seconds ahead of the
     /// server's wall clock.
     FutureNow { max_skew: f64 },
+    /// An acquire that would take a run while memory is above
+    /// `maxmemory`.
+    OutOfMemory,
     /// `BGREWRITEAOF` with `appendonly no`.
     NoLog,
     /// The core has stopped.
@@ -217,6 +221,7 @@ pub fn start(
     let (mut registry, log) = load(&config, data_dir, last_token).map_err(StartError::Log)?;
     registry.set_default_lock_delay(config.lease_lock_delay);
     warn_if_ahead(&registry, &config, shared.clock.now());
+    warn_if_over_maxmemory(&config);
     let tokens =
         Tokens::start(data_dir.ceiling_writer(), registry.last_token()).map_err(|error| {
             StartError::Ceiling {
@@ -274,6 +279,21 @@ fn load(
         registry.last_token(),
     );
     Ok((registry, Some(log)))
+}
+
+/// Leases are never dropped to fit `maxmemory`: a log that holds more is
+/// loaded whole, and the operator is told what that means.
+fn warn_if_over_maxmemory(config: &Config) {
+    let allocated = crate::system::allocator_stats().allocated;
+    if config.maxmemory > 0 && allocated > config.maxmemory {
+        warn!(
+            "The leases loaded use {allocated} bytes, more than maxmemory ({} bytes). None \
+             is dropped (the policy is noeviction): acquires that would take a run are \
+             refused with OOM until releases and reclaims bring memory below the limit, \
+             or maxmemory is raised (CONFIG SET maxmemory).",
+            config.maxmemory
+        );
+    }
 }
 
 /// Registry time is never moved back; if the log brought it far ahead of

@@ -9,6 +9,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{error, info};
 
+use super::memory::MemoryReading;
 use super::report::CommandStats;
 use super::tokens::Tokens;
 use super::waiters::{Granted, Waiter, Waiters};
@@ -45,6 +46,8 @@ pub(super) struct Core {
     pub(super) grants: Vec<(Waiter, Granted)>,
     /// When expiries were last announced (`publish`).
     pub(super) last_announce: Option<Instant>,
+    /// The memory allocated, as last read for `maxmemory`.
+    pub(super) memory: MemoryReading,
 }
 
 /// What every command of one round is applied with.
@@ -52,6 +55,8 @@ pub(super) struct Round {
     /// The server's clock, read once per round.
     pub clock: f64,
     pub max_skew: f64,
+    /// `maxmemory`: 0, or the bytes above which acquires are refused.
+    pub maxmemory: u64,
     /// Set while the log cannot be written: changes are refused.
     pub log_failure: Option<Refusal>,
 }
@@ -73,6 +78,7 @@ impl Core {
             waiters: Waiters::default(),
             grants: Vec::new(),
             last_announce: None,
+            memory: MemoryReading::default(),
         }
     }
 
@@ -192,6 +198,7 @@ impl Core {
         Round {
             clock: self.shared.clock.now(),
             max_skew: config.lease_max_skew,
+            maxmemory: config.maxmemory,
             log_failure: self.log.as_ref().and_then(Log::failure).map(Refusal::Log),
         }
     }

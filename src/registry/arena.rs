@@ -44,6 +44,11 @@ impl<T: Vacancy> Arena<T> {
         self.end
     }
 
+    /// Slots allocated, in use or not: the arena grows only past these.
+    pub fn capacity(&self) -> usize {
+        self.chunks.len() * CHUNK
+    }
+
     pub fn get(&self, slot: u32) -> &T {
         let slot = slot as usize;
         &self.chunks[slot >> CHUNK_BITS][slot & (CHUNK - 1)]

@@ -326,6 +326,14 @@ impl Registry {
         Some(self.leases.get(slot).expires_at + self.leases.lock_delay(slot))
     }
 
+    /// Whether an acquire of `run_id` would need memory the registry has
+    /// not yet allocated: the run has no slot (a takeover reuses its
+    /// run's) and every allocated slot is taken (after releases and
+    /// reclaims, new runs reuse the slots they left).
+    pub fn would_grow(&self, run_id: &[u8]) -> bool {
+        !self.leases.has_room() && self.leases.find_run(run_id).is_none()
+    }
+
     /// Extends the current, unexpired lease with this id and token by its
     /// TTL from `now`. Never revives an expired lease.
     pub fn heartbeat(&mut self, lease_id: &[u8], fencing_token: u64, now: f64) -> bool {

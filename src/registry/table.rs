@@ -223,6 +223,12 @@ impl LeaseTable {
         })
     }
 
+    /// Whether a new run fits in a slot already allocated (one freed by a
+    /// release or reclaim, or the rest of the last chunk).
+    pub fn has_room(&self) -> bool {
+        self.len < self.slots.capacity()
+    }
+
     /// Adds a lease for a run that has none; returns its slot.
     pub fn insert(&mut self, run_id: &[u8], lease: &NewLease) -> u32 {
         let slot = self.slots.take();
