@@ -2,7 +2,8 @@
 //! registry [`Op`] for the core.
 
 use super::Command;
-use super::args::{Args, float_arg, not_an_integer, optional_now, syntax_error, token_arg};
+use super::args::{Args, float_arg, optional_now, syntax_error, token_arg};
+use super::keyspace::{count_arg, cursor_arg, pattern_arg};
 use std::time::Duration;
 
 use crate::number::parse_i64;
@@ -141,8 +142,7 @@ pub fn parse_waiters(args: &mut Args) -> Result<Command, Reply> {
 /// `LEASE.SCAN cursor [MATCH pattern] [COUNT count]`, parsed as Redis
 /// parses `SCAN`'s options: either may repeat, the last one wins.
 pub fn parse_scan(args: &mut Args) -> Result<Command, Reply> {
-    let cursor = args.required();
-    let cursor = cursor_arg(&cursor).ok_or_else(|| Reply::error("ERR invalid cursor"))?;
+    let cursor = cursor_arg(&args.required())?;
     let mut pattern = None;
     let mut count = 10;
     while let Some(option) = args.next() {
@@ -151,13 +151,9 @@ pub fn parse_scan(args: &mut Args) -> Result<Command, Reply> {
         };
         if option.eq_ignore_ascii_case(b"match") {
             // `*` matches every id, the empty one included, as in SCAN.
-            pattern = (&value[..] != b"*").then_some(value);
+            pattern = pattern_arg(value);
         } else if option.eq_ignore_ascii_case(b"count") {
-            count = match parse_i64(&value) {
-                None => return Err(not_an_integer()),
-                Some(n) if n < 1 => return Err(syntax_error()),
-                Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
-            };
+            count = count_arg(&value)?;
         } else {
             return Err(syntax_error());
         }
@@ -167,14 +163,6 @@ pub fn parse_scan(args: &mut Args) -> Result<Command, Reply> {
         pattern,
         count,
     }))
-}
-
-/// A SCAN cursor: an unsigned 64-bit decimal number.
-fn cursor_arg(arg: &[u8]) -> Option<u64> {
-    if arg.is_empty() || !arg.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(arg).ok()?.parse().ok()
 }
 
 pub fn parse_dbsize(_: &mut Args) -> Result<Command, Reply> {

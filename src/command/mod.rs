@@ -8,13 +8,15 @@
 //! core's help).
 //!
 //! The files: `args` (the argument cursor and shared argument kinds),
-//! `lease` (lease commands), `server` (connection, client and admin
+//! `lease` (lease commands), [`keyspace`] (the runs as read-only Redis
+//! keys, and the refusal of Redis's write commands), `server` (connection, client and admin
 //! commands), [`table`] (the command table and flags), `help` (the HELP
 //! texts), [`docs`] (what the table says about itself).
 
 mod args;
 pub mod docs;
 mod help;
+pub mod keyspace;
 mod lease;
 mod pubsub;
 mod server;
@@ -92,6 +94,12 @@ pub enum Command {
     AcquireBlocking {
         op: Op,
         timeout: Option<std::time::Duration>,
+    },
+    /// A read of the keyspace view (`SCAN`, `TYPE`, `HGETALL`, ...): an
+    /// op that changes nothing, and how to word its outcome.
+    Keyspace {
+        op: Op,
+        view: keyspace::View,
     },
     /// `LEASE.WAITERS run`: the workers blocked on the run, in order.
     Waiters(Bytes),
@@ -175,7 +183,9 @@ pub fn parse_gated(
         .next()
         .expect("the decoder never yields an empty request");
     let Some(spec) = table::lookup(table::COMMANDS, &name) else {
-        return Err(unknown_command(&name, args.rest()));
+        return Err(
+            keyspace::refuse_write(&name).unwrap_or_else(|| unknown_command(&name, args.rest()))
+        );
     };
     check_arity(spec, None, args.len() + 1)?;
     // A container run bare (only `COMMAND` allows it) has its own parse step.

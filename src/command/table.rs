@@ -9,6 +9,7 @@ use bitflags::bitflags;
 
 use super::Command;
 use super::args::{Args, syntax_error};
+use super::keyspace::*;
 use super::lease::*;
 use super::pubsub::*;
 use super::server::*;
@@ -21,6 +22,8 @@ pub enum ArgKind {
     Integer,
     Double,
     Pattern,
+    /// A key: a run id, in the keyspace view's commands.
+    Key,
     /// A literal word such as `NOW`, with no value.
     PureToken,
     /// Exactly one of its sub-arguments.
@@ -36,6 +39,7 @@ impl ArgKind {
             ArgKind::Integer => "integer",
             ArgKind::Double => "double",
             ArgKind::Pattern => "pattern",
+            ArgKind::Key => "key",
             ArgKind::PureToken => "pure-token",
             ArgKind::OneOf => "oneof",
             ArgKind::Block => "block",
@@ -264,6 +268,41 @@ const PUBSUB_INTROSPECTION: Flags = Flags::PUBSUB.union(Flags::LOADING).union(Fl
 
 /// `now` as the lease commands take it: optional, in seconds.
 const NOW: Arg = optional(arg("now", ArgKind::Double));
+
+/// A run id named as a key.
+const KEY: Arg = arg("key", ArgKind::Key);
+const KEYSPACE_SLOW: &[&str] = &["@keyspace", "@read", "@slow"];
+const HASH_SLOW: &[&str] = &["@read", "@hash", "@slow"];
+
+/// A fast read of one run as a key (`TYPE`, `TTL`, ...).
+const fn key_read(
+    name: &'static str,
+    arity: i32,
+    summary: &'static str,
+    parse: ParseFn,
+) -> CommandSpec {
+    CommandSpec {
+        flags: Flags::READONLY.union(Flags::FAST),
+        acl_categories: &["@keyspace", "@read", "@fast"],
+        args: &[KEY],
+        ..command(name, arity, "generic", summary, parse)
+    }
+}
+
+/// A fast read of one run as a hash (`HGET`, `HLEN`, ...).
+const fn hash_read(
+    name: &'static str,
+    arity: i32,
+    summary: &'static str,
+    parse: ParseFn,
+) -> CommandSpec {
+    CommandSpec {
+        flags: Flags::READONLY.union(Flags::FAST),
+        acl_categories: &["@read", "@hash", "@fast"],
+        args: &[KEY],
+        ..command(name, arity, "hash", summary, parse)
+    }
+}
 
 fn unreachable_container(_: &mut Args) -> Result<Command, Reply> {
     // The arity of CLIENT and CONFIG requires a subcommand.
@@ -673,7 +712,205 @@ pub static COMMANDS: &[CommandSpec] = &[
             parse_shutdown,
         )
     },
+    // The keyspace view (keyspace.rs): runs as read-only hash keys.
+    CommandSpec {
+        flags: Flags::READONLY,
+        acl_categories: KEYSPACE_SLOW,
+        complexity: "O(1) for every call. O(N) for a complete iteration, N being the number of leases",
+        args: &[
+            arg("cursor", ArgKind::Integer),
+            optional(token("MATCH", arg("pattern", ArgKind::Pattern))),
+            optional(token("COUNT", arg("count", ArgKind::Integer))),
+            optional(token("TYPE", arg("type", ArgKind::String))),
+        ],
+        ..command(
+            "scan",
+            -2,
+            "generic",
+            "Iterate over the runs that hold a lease, as keys of type hash",
+            parse_scan_keys,
+        )
+    },
+    CommandSpec {
+        flags: Flags::READONLY,
+        acl_categories: &["@keyspace", "@read", "@slow", "@dangerous"],
+        complexity: "O(N) with N being the number of leases",
+        args: &[arg("pattern", ArgKind::Pattern)],
+        ..command(
+            "keys",
+            2,
+            "generic",
+            "Return every run holding a lease whose id matches a pattern",
+            parse_keys,
+        )
+    },
+    CommandSpec {
+        flags: Flags::READONLY,
+        acl_categories: KEYSPACE_SLOW,
+        complexity: "O(N) in the worst case, N being the number of table slots",
+        ..command(
+            "randomkey",
+            1,
+            "generic",
+            "Return a random run that holds a lease",
+            parse_randomkey,
+        )
+    },
+    CommandSpec {
+        complexity: "O(N) where N is the number of keys to check",
+        args: &[multiple(KEY)],
+        ..key_read(
+            "exists",
+            -2,
+            "Count how many of the runs named hold a lease",
+            parse_exists,
+        )
+    },
+    key_read(
+        "type",
+        2,
+        "Return hash for a run that holds a lease, none otherwise",
+        parse_type,
+    ),
+    key_read(
+        "ttl",
+        2,
+        "Return the seconds left to a lease's expires_at",
+        parse_ttl,
+    ),
+    key_read(
+        "pttl",
+        2,
+        "Return the milliseconds left to a lease's expires_at",
+        parse_pttl,
+    ),
+    key_read(
+        "expiretime",
+        2,
+        "Return a lease's expires_at as a Unix time in seconds",
+        parse_expiretime,
+    ),
+    key_read(
+        "pexpiretime",
+        2,
+        "Return a lease's expires_at as a Unix time in milliseconds",
+        parse_pexpiretime,
+    ),
+    CommandSpec {
+        flags: Flags::READONLY,
+        acl_categories: HASH_SLOW,
+        complexity: "O(1): a lease has six fields",
+        ..hash_read(
+            "hgetall",
+            2,
+            "Return a lease's fields and values",
+            parse_hgetall,
+        )
+    },
+    CommandSpec {
+        args: &[KEY, arg("field", ArgKind::String)],
+        ..hash_read("hget", 3, "Return one field of a lease", parse_hget)
+    },
+    CommandSpec {
+        args: &[KEY, multiple(arg("field", ArgKind::String))],
+        ..hash_read("hmget", -3, "Return fields of a lease", parse_hmget)
+    },
+    hash_read(
+        "hlen",
+        2,
+        "Return the number of fields of a lease (6), or 0",
+        parse_hlen,
+    ),
+    CommandSpec {
+        flags: Flags::READONLY,
+        acl_categories: HASH_SLOW,
+        ..hash_read("hkeys", 2, "Return a lease's field names", parse_hkeys)
+    },
+    CommandSpec {
+        flags: Flags::READONLY,
+        acl_categories: HASH_SLOW,
+        ..hash_read("hvals", 2, "Return a lease's values", parse_hvals)
+    },
+    CommandSpec {
+        args: &[KEY, arg("field", ArgKind::String)],
+        ..hash_read(
+            "hexists",
+            3,
+            "Return whether a lease has a field",
+            parse_hexists,
+        )
+    },
+    CommandSpec {
+        flags: Flags::READONLY,
+        acl_categories: HASH_SLOW,
+        args: &[
+            KEY,
+            arg("cursor", ArgKind::Integer),
+            optional(token("MATCH", arg("pattern", ArgKind::Pattern))),
+            optional(token("COUNT", arg("count", ArgKind::Integer))),
+            optional(word("novalues", "NOVALUES")),
+        ],
+        ..hash_read(
+            "hscan",
+            -3,
+            "Return a lease's fields and values in one call, cursor 0",
+            parse_hscan,
+        )
+    },
+    CommandSpec {
+        acl_categories: &["@slow"],
+        complexity: "Depends on subcommand.",
+        subcommands: MEMORY_SUBCOMMANDS,
+        ..command(
+            "memory",
+            -2,
+            "server",
+            "A container for memory diagnostics commands",
+            unreachable_container,
+        )
+    },
+    CommandSpec {
+        acl_categories: &["@slow"],
+        complexity: "Depends on subcommand.",
+        subcommands: OBJECT_SUBCOMMANDS,
+        ..command(
+            "object",
+            -2,
+            "generic",
+            "A container for object introspection commands",
+            unreachable_container,
+        )
+    },
 ];
+
+static MEMORY_SUBCOMMANDS: &[CommandSpec] = &[CommandSpec {
+    flags: Flags::READONLY,
+    acl_categories: &["@read", "@slow"],
+    args: &[
+        KEY,
+        optional(token("SAMPLES", arg("count", ArgKind::Integer))),
+    ],
+    ..command(
+        "usage",
+        -3,
+        "server",
+        "Estimate the bytes the registry keeps for a lease",
+        parse_memory_usage,
+    )
+}];
+
+static OBJECT_SUBCOMMANDS: &[CommandSpec] = &[CommandSpec {
+    flags: Flags::READONLY,
+    acl_categories: KEYSPACE_SLOW,
+    args: &[KEY],
+    ..command(
+        "encoding",
+        3,
+        "generic",
+        "Return the encoding Redis would give a lease's hash",
+        parse_object_encoding,
+    )
+}];
 
 static CLIENT_SUBCOMMANDS: &[CommandSpec] = &[
     CommandSpec {

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use tracing::{info, warn};
 
 use super::session::NOAUTH;
-use super::words;
+use super::words::{self, Wording};
 use super::{After, Blocked, Connection};
 use crate::command::{self, ClientFilter, Command, KillFilter, SlowlogCommand, docs};
 use crate::core::{Answer, CoreAnswer, CoreCommand};
@@ -20,9 +20,9 @@ use crate::slowlog::Stopwatch;
 /// Where a request's reply comes from, and the protocol to encode it in.
 enum Slot {
     Ready(Protocol, Reply),
-    /// The core's next answer, to the request at this position; for INFO,
-    /// the sections to render its report in.
-    Core(Protocol, usize, Option<Vec<Bytes>>),
+    /// The core's next answer, to the request at this position, and how
+    /// to word it (for INFO, the sections to render its report in).
+    Core(Protocol, usize, Wording),
 }
 
 impl<S> Connection<S>
@@ -67,14 +67,15 @@ where
                     continue;
                 }
             };
-            let (core_command, info) = match command {
+            let (core_command, wording) = match command {
                 Command::Lease(op) => {
                     if let Some(refused) = words::refused_op(&op, max_id_len, max_lock_delay) {
                         slots.push(Slot::Ready(protocol, refused));
                         continue;
                     }
-                    (CoreCommand::Op(op), None)
+                    (CoreCommand::Op(op), Wording::Plain)
                 }
+                Command::Keyspace { op, view } => (CoreCommand::Op(op), Wording::Key(view)),
                 Command::AcquireBlocking { op, timeout } => {
                     if let Some(refused) = words::refused_op(&op, max_id_len, max_lock_delay) {
                         slots.push(Slot::Ready(protocol, refused));
@@ -86,22 +87,22 @@ where
                         timeout,
                         client_id,
                     });
-                    slots.push(Slot::Core(protocol, index, None));
+                    slots.push(Slot::Core(protocol, index, Wording::Plain));
                     taken = index + 1;
                     break;
                 }
-                Command::Waiters(run_id) => (CoreCommand::Waiters(run_id), None),
+                Command::Waiters(run_id) => (CoreCommand::Waiters(run_id), Wording::Plain),
                 Command::ClientUnblock { id, error } => (
                     CoreCommand::Unblock {
                         client_id: id,
                         error,
                     },
-                    None,
+                    Wording::Plain,
                 ),
-                Command::Info(sections) => (CoreCommand::Report, Some(sections)),
-                Command::RewriteLog => (CoreCommand::RewriteLog, None),
-                Command::ConfigSet(pairs) => (CoreCommand::Configure(pairs), None),
-                Command::ConfigResetStat => (CoreCommand::ResetStats, None),
+                Command::Info(sections) => (CoreCommand::Report, Wording::Info(sections)),
+                Command::RewriteLog => (CoreCommand::RewriteLog, Wording::Plain),
+                Command::ConfigSet(pairs) => (CoreCommand::Configure(pairs), Wording::Plain),
+                Command::ConfigResetStat => (CoreCommand::ResetStats, Wording::Plain),
                 command => {
                     let mut stopwatch = Stopwatch::start(slower_than);
                     let (reply, next) = self.apply(command);
@@ -121,7 +122,7 @@ where
                 }
             };
             for_core.push(core_command);
-            slots.push(Slot::Core(protocol, index, info));
+            slots.push(Slot::Core(protocol, index, wording));
         }
 
         let answer = if for_core.is_empty() {
@@ -141,7 +142,7 @@ where
         for slot in slots {
             let (protocol, reply) = match slot {
                 Slot::Ready(protocol, reply) => (protocol, reply),
-                Slot::Core(protocol, _, info) => {
+                Slot::Core(protocol, _, wording) => {
                     let answer = answers.next().expect("one answer per command");
                     match answer {
                         CoreAnswer::Configured(Ok(())) => {
@@ -157,7 +158,7 @@ where
                         }
                         _ => {}
                     }
-                    (protocol, words::answer(answer, info, &self.shared))
+                    (protocol, words::answer(answer, wording, &self.shared))
                 }
             };
             reply.encode(protocol, &mut self.write_buf);
@@ -203,6 +204,7 @@ where
             Command::Quit => return (Some(Reply::OK), After::Close),
             Command::Shutdown => return (None, After::Shutdown),
             Command::Lease(_)
+            | Command::Keyspace { .. }
             | Command::AcquireBlocking { .. }
             | Command::Waiters(_)
             | Command::ClientUnblock { .. }

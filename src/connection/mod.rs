@@ -16,6 +16,7 @@
 //! events for a subscriber (`pubsub`), commands for a monitor.
 
 mod handlers;
+mod keyspace;
 mod pubsub;
 mod session;
 mod words;

@@ -3,20 +3,39 @@
 
 use bytes::Bytes;
 
+use super::keyspace;
 use crate::aof::RewriteError;
+use crate::command::keyspace::View;
 use crate::core::{CoreAnswer, Granted, Refusal};
 use crate::info;
 use crate::registry::{IdKind, Op, Outcome};
 use crate::reply::Reply;
 use crate::state::Shared;
 
-/// The reply to a core answer; `info` holds the sections of an INFO.
-pub fn answer(answer: CoreAnswer, info: Option<Vec<Bytes>>, shared: &Shared) -> Reply {
+/// How to word a core answer.
+#[derive(Debug)]
+pub enum Wording {
+    /// As its command's own reply.
+    Plain,
+    /// An INFO's report, in these sections.
+    Info(Vec<Bytes>),
+    /// A lease command's outcome as a keyspace read's reply.
+    Key(View),
+}
+
+/// The reply to a core answer.
+pub fn answer(answer: CoreAnswer, wording: Wording, shared: &Shared) -> Reply {
     match answer {
-        CoreAnswer::Outcome(outcome) => outcome_reply(outcome),
+        CoreAnswer::Outcome(outcome) => match wording {
+            Wording::Key(view) => keyspace::reply(&view, outcome),
+            _ => outcome_reply(outcome),
+        },
         CoreAnswer::Refused(refusal) => refusal_reply(&refusal),
         CoreAnswer::Report(report) => {
-            let sections = info.unwrap_or_default();
+            let sections = match wording {
+                Wording::Info(sections) => sections,
+                _ => Vec::new(),
+            };
             Reply::Verbatim(info::render(&sections, shared, &report).into())
         }
         CoreAnswer::Rewrite(Ok(())) => {
@@ -68,7 +87,7 @@ pub fn refused_op(op: &Op, max_id_len: usize, max_lock_delay: f64) -> Option<Rep
     }
 }
 
-fn outcome_reply(outcome: Outcome) -> Reply {
+pub(super) fn outcome_reply(outcome: Outcome) -> Reply {
     match outcome {
         Outcome::Acquired(Some(lease)) => Reply::lease(lease, None),
         Outcome::Acquired(None) | Outcome::Got(None) => Reply::Null,
@@ -81,6 +100,9 @@ fn outcome_reply(outcome: Outcome) -> Reply {
         Outcome::Count(count) | Outcome::Reclaimed(count) => Reply::Int(count as i64),
         Outcome::TokensExhausted => {
             Reply::error("ERR every fencing token up to 2^63-1 has been issued")
+        }
+        Outcome::Inspected(_) | Outcome::Run(_) => {
+            unreachable!("only the keyspace view inspects")
         }
     }
 }

@@ -72,6 +72,21 @@ impl Lease {
     }
 }
 
+/// A run's lease as the keyspace view reads it ([`Op::Inspect`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeyState {
+    pub lease: Lease,
+    /// Whether it has expired at `at`.
+    pub expired: bool,
+    /// The time it was read at: the server's clock, or registry time if
+    /// that is later.
+    pub at: f64,
+    /// The bytes the registry keeps for it: its slot, its ids' heap block
+    /// when they do not fit in the slot, and its entries in the run and
+    /// token indexes.
+    pub memory: usize,
+}
+
 /// An acquire found the run free but every token up to [`MAX_TOKEN`] has
 /// been issued.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -429,6 +444,32 @@ impl Registry {
         let slot = self.current_by_run(run_id)?;
         let entry = self.leases.get(slot);
         Some((to_lease(entry), entry.expires_at <= now))
+    }
+
+    /// The run's lease as the keyspace view reads it at `at`.
+    fn key_state(&self, run_id: &[u8], at: f64) -> Option<KeyState> {
+        let slot = self.current_by_run(run_id)?;
+        let entry = self.leases.get(slot);
+        Some(KeyState {
+            lease: to_lease(entry),
+            expired: entry.expires_at <= at,
+            at,
+            memory: entry.footprint(),
+        })
+    }
+
+    /// A run that holds a lease: the first from slot `seed % bound` on,
+    /// wrapping round; `None` when no lease is held.
+    fn random_run(&self, seed: u64) -> Option<Bytes> {
+        let bound = self.leases.bound();
+        if bound == 0 {
+            return None;
+        }
+        let start = (seed % bound as u64) as usize;
+        (start..bound).chain(0..start).find_map(|slot| {
+            let entry = self.leases.at(slot)?;
+            (!self.past_retention(slot as u32)).then(|| Bytes::copy_from_slice(entry.run_id()))
+        })
     }
 
     /// Whether some lease's retention has run out, so [`Registry::reclaim`]

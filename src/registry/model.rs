@@ -200,7 +200,12 @@ impl Model {
                     (l.lease(), l.expires_at <= t)
                 }))
             }
-            Op::Scan { .. } | Op::DbSize | Op::Reclaim { .. } | Op::AnnounceExpired => {
+            Op::Scan { .. }
+            | Op::DbSize
+            | Op::Inspect { .. }
+            | Op::RandomRun { .. }
+            | Op::Reclaim { .. }
+            | Op::AnnounceExpired => {
                 return None;
             }
         })

@@ -13,7 +13,7 @@
 
 use bytes::Bytes;
 
-use super::{Lease, Registry, TokensExhausted};
+use super::{KeyState, Lease, Registry, TokensExhausted};
 use crate::glob;
 
 /// A command for the registry. `None` for `now` means "the server's
@@ -56,6 +56,17 @@ pub enum Op {
     },
     /// `DBSIZE`: leases held, active or expired.
     DbSize,
+    /// The keyspace view's reads of runs as keys (`EXISTS`, `TYPE`, `TTL`,
+    /// `HGETALL`, ...): each run's lease at the server's clock. Like a
+    /// `LEASE.GET` without `now`, it changes nothing.
+    Inspect {
+        run_ids: Vec<Bytes>,
+    },
+    /// `RANDOMKEY`: a run that holds a lease, found from the slot `seed`
+    /// picks (the caller's randomness keeps the registry deterministic).
+    RandomRun {
+        seed: u64,
+    },
     /// Removes up to `max` leases whose retention has run out, earliest
     /// first: the core's work between requests, bounded by a count so that
     /// it is the same on every replica.
@@ -81,6 +92,10 @@ pub enum Outcome {
     Scanned { next: u64, runs: Vec<Bytes> },
     /// `DBSIZE`.
     Count(usize),
+    /// An inspection: each run's lease, if it has one, in the order named.
+    Inspected(Vec<Option<KeyState>>),
+    /// `RANDOMKEY`: a run id, or `None` when no run holds a lease.
+    Run(Option<Bytes>),
     /// Leases reclaimed.
     Reclaimed(usize),
     /// An acquire found the run free, but every token has been issued.
@@ -192,6 +207,16 @@ impl Registry {
                 count,
             } => self.scan_matching(*cursor, pattern.as_deref(), *count),
             Op::DbSize => Outcome::Count(self.len()),
+            Op::Inspect { run_ids } => {
+                let at = self.read_time(None, clock);
+                Outcome::Inspected(
+                    run_ids
+                        .iter()
+                        .map(|run_id| self.key_state(run_id, at))
+                        .collect(),
+                )
+            }
+            Op::RandomRun { seed } => Outcome::Run(self.random_run(*seed)),
             Op::Reclaim { max } => Outcome::Reclaimed(self.reclaim(*max)),
             Op::AnnounceExpired => Outcome::Count(self.announce_expired(clock.max(self.time()))),
         }

@@ -126,6 +126,16 @@ impl Slot {
     pub fn worker_id(&self) -> &[u8] {
         self.ids.split().1
     }
+
+    /// The bytes kept for this lease: the slot, the ids' heap block if
+    /// they have one, and a `u32` in each of the run and token indexes.
+    pub fn footprint(&self) -> usize {
+        let heap = match &self.ids {
+            Ids::Inline { .. } => 0,
+            Ids::Heap(heap) => heap.len(),
+        };
+        std::mem::size_of::<Slot>() + heap + 2 * std::mem::size_of::<u32>()
+    }
 }
 
 /// The head and length of one second's expiry list, and bounds of the
