@@ -303,3 +303,87 @@ fn a_blocked_acquire_from_redis_cli_times_out_with_null() {
     let lease = server.typed().get("r", None).expect("the holder's lease");
     assert_eq!(lease.fencing_token, 1);
 }
+
+/// Leases on `runs`, taken through redis-cli with a long TTL.
+fn acquire_through_cli(server: &Server, runs: &[&str]) {
+    for run in runs {
+        stdout(&redis_cli(
+            server,
+            &["LEASE.ACQUIRE", run, "worker", "TTL", "600"],
+        ));
+    }
+}
+
+fn sorted_lines(text: &str) -> Vec<String> {
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+#[ignore = "needs redis-cli (Debian: apt-get install redis-tools); run with --include-ignored"]
+fn scan_lists_exactly_the_runs_holding_leases() {
+    let server = Server::start();
+    acquire_through_cli(&server, &["run-1", "run-12", "run-2", "other"]);
+    // A released lease is no key.
+    stdout(&redis_cli(&server, &["LEASE.ACQUIRE", "gone", "w"]));
+    stdout(&redis_cli(&server, &["LEASE.RELEASE", "gone:w:5", "5"]));
+    let all = stdout(&redis_cli(&server, &["--scan"]));
+    assert_eq!(sorted_lines(&all), ["other", "run-1", "run-12", "run-2"]);
+    let ones = stdout(&redis_cli(&server, &["--scan", "--pattern", "run-1*"]));
+    assert_eq!(sorted_lines(&ones), ["run-1", "run-12"]);
+    let none = stdout(&redis_cli(&server, &["--scan", "--pattern", "gone*"]));
+    assert_eq!(none, "");
+}
+
+#[test]
+#[ignore = "needs redis-cli (Debian: apt-get install redis-tools); run with --include-ignored"]
+fn bigkeys_and_memkeys_report_the_leases_as_hashes() {
+    let server = Server::start();
+    acquire_through_cli(&server, &["run-1", "run-2", "run-3"]);
+    let big = stdout(&redis_cli(&server, &["--bigkeys"]));
+    assert!(big.contains("Sampled 3 keys in the keyspace!"), "{big}");
+    assert!(big.contains("3 hashs with 18 fields"), "{big}");
+    assert!(big.contains("has 6 fields"), "{big}");
+    let mem = stdout(&redis_cli(&server, &["--memkeys"]));
+    assert!(mem.contains("Sampled 3 keys in the keyspace!"), "{mem}");
+    assert!(mem.contains("3 hashs with 192 bytes"), "{mem}");
+    let sampled = stdout(&redis_cli(&server, &["--memkeys-samples", "5"]));
+    assert!(sampled.contains("3 hashs with 192 bytes"), "{sampled}");
+}
+
+#[test]
+#[ignore = "needs redis-cli (Debian: apt-get install redis-tools); run with --include-ignored"]
+fn type_ttl_and_hgetall_match_lease_get() {
+    let server = Server::start();
+    acquire_through_cli(&server, &["run-42"]);
+    assert_eq!(stdout(&redis_cli(&server, &["TYPE", "run-42"])), "hash\n");
+    assert_eq!(stdout(&redis_cli(&server, &["TYPE", "run-0"])), "none\n");
+    let ttl: i64 = stdout(&redis_cli(&server, &["TTL", "run-42"]))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!((595..=600).contains(&ttl), "{ttl}");
+    assert_eq!(stdout(&redis_cli(&server, &["TTL", "run-0"])), "-2\n");
+    // LEASE.GET and HGETALL print the same lines (the token is an integer
+    // in one and a string in the other; redis-cli's raw output shows both
+    // alike).
+    let get = stdout(&redis_cli(&server, &["LEASE.GET", "run-42"]));
+    let hgetall = stdout(&redis_cli(&server, &["HGETALL", "run-42"]));
+    assert_eq!(hgetall, get);
+    assert!(
+        hgetall.starts_with("run_id\nrun-42\nworker_id\nworker\n"),
+        "{hgetall}"
+    );
+    let typed = stdout(&redis_cli(
+        &server,
+        &["--no-raw", "HGET", "run-42", "fencing_token"],
+    ));
+    assert_eq!(typed, "\"1\"\n");
+    let refused = stdout(&redis_cli(&server, &["--no-raw", "DEL", "run-42"]));
+    assert_eq!(
+        refused,
+        "(error) ERR leases change only through LEASE.* commands: 'del' would bypass their fencing tokens\n"
+    );
+    assert_eq!(stdout(&redis_cli(&server, &["EXISTS", "run-42"])), "1\n");
+}
