@@ -109,3 +109,24 @@ fn redis_py_sees_lease_events_and_blocks_in_resp2() {
 fn redis_py_sees_lease_events_and_blocks_in_resp3() {
     redis_py_sees_events_and_blocks("3");
 }
+
+/// The keyspace view through redis-py (tests/clients/redis_py_keyspace.py):
+/// `scan_iter` over 10,000 runs returns each once, `hgetall` decodes, and
+/// every write command is refused with the connection alive, in RESP2 and
+/// RESP3.
+#[test]
+#[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
+fn redis_py_sees_the_runs_as_read_only_hashes() {
+    let server = Server::start();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/redis_py_keyspace.py"
+    );
+    let port = server.port.to_string();
+    let (success, stdout, stderr) =
+        run_bounded(Command::new("python3").args([script, &port]), "python3");
+    assert!(
+        success && stdout.contains("RESP2 ok") && stdout.contains("RESP3 ok"),
+        "redis-py keyspace check failed:\n{stdout}\n{stderr}"
+    );
+}
