@@ -424,6 +424,19 @@ async fn wrong_arity_and_bad_options_are_refused_as_redis_refuses_them() {
         con.error(&["MEMORY", "USAGE", "run", "SAMPLES"]).await,
         "ERR syntax error"
     );
+    assert_eq!(
+        con.error(&["OBJECT", "FREQ", "run"]).await,
+        "ERR unknown subcommand 'FREQ'. Try OBJECT HELP."
+    );
+    assert_eq!(
+        con.error(&["MEMORY", "DOCTOR"]).await,
+        "ERR unknown subcommand 'DOCTOR'. Try MEMORY HELP."
+    );
+    for container in ["OBJECT", "MEMORY"] {
+        let help = array(con.run(&[container, "HELP"]).await);
+        assert!(text(&help[0]).starts_with(container), "{help:?}");
+        assert_eq!(text(help.last().unwrap()), "    Print this help.");
+    }
     con.ping().await;
 }
 

@@ -90,3 +90,20 @@ pub const PUBSUB_HELP: &[&str] = &[
     "HELP",
     "    Print this help.",
 ];
+
+pub const MEMORY_HELP: &[&str] = &[
+    "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "USAGE <key> [SAMPLES <count>]",
+    "    Return the bytes the registry keeps for the lease of run <key>.",
+    "    SAMPLES is accepted for compatibility: there is nothing to sample.",
+    "HELP",
+    "    Print this help.",
+];
+
+pub const OBJECT_HELP: &[&str] = &[
+    "OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "ENCODING <key>",
+    "    Return the encoding Redis would give the hash of run <key>'s lease.",
+    "HELP",
+    "    Print this help.",
+];

@@ -385,3 +385,11 @@ pub fn parse_memory_usage(args: &mut Args) -> Result<Command, Reply> {
 pub fn parse_object_encoding(args: &mut Args) -> Result<Command, Reply> {
     inspect(args, View::ObjectEncoding)
 }
+
+pub fn parse_memory_help(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Help(super::help::MEMORY_HELP))
+}
+
+pub fn parse_object_help(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Help(super::help::OBJECT_HELP))
+}

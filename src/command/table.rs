@@ -883,34 +883,40 @@ pub static COMMANDS: &[CommandSpec] = &[
     },
 ];
 
-static MEMORY_SUBCOMMANDS: &[CommandSpec] = &[CommandSpec {
-    flags: Flags::READONLY,
-    acl_categories: &["@read", "@slow"],
-    args: &[
-        KEY,
-        optional(token("SAMPLES", arg("count", ArgKind::Integer))),
-    ],
-    ..command(
-        "usage",
-        -3,
-        "server",
-        "Estimate the bytes the registry keeps for a lease",
-        parse_memory_usage,
-    )
-}];
+static MEMORY_SUBCOMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        flags: Flags::READONLY,
+        acl_categories: &["@read", "@slow"],
+        args: &[
+            KEY,
+            optional(token("SAMPLES", arg("count", ArgKind::Integer))),
+        ],
+        ..command(
+            "usage",
+            -3,
+            "server",
+            "Estimate the bytes the registry keeps for a lease",
+            parse_memory_usage,
+        )
+    },
+    help_subcommand("server", &["@slow"], parse_memory_help),
+];
 
-static OBJECT_SUBCOMMANDS: &[CommandSpec] = &[CommandSpec {
-    flags: Flags::READONLY,
-    acl_categories: KEYSPACE_SLOW,
-    args: &[KEY],
-    ..command(
-        "encoding",
-        3,
-        "generic",
-        "Return the encoding Redis would give a lease's hash",
-        parse_object_encoding,
-    )
-}];
+static OBJECT_SUBCOMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        flags: Flags::READONLY,
+        acl_categories: KEYSPACE_SLOW,
+        args: &[KEY],
+        ..command(
+            "encoding",
+            3,
+            "generic",
+            "Return the encoding Redis would give a lease's hash",
+            parse_object_encoding,
+        )
+    },
+    help_subcommand("generic", KEYSPACE_SLOW, parse_object_help),
+];
 
 static CLIENT_SUBCOMMANDS: &[CommandSpec] = &[
     CommandSpec {
