@@ -57,111 +57,28 @@ pub enum View {
 /// they are not in the command table (so `COMMAND` does not list them),
 /// and a name found neither there nor here is an unknown command. Keep
 /// this the one list of them.
+#[rustfmt::skip]
 const WRITES: &[&str] = &[
     // Strings and keys.
-    "set",
-    "setnx",
-    "setex",
-    "psetex",
-    "mset",
-    "msetnx",
-    "getset",
-    "getdel",
-    "getex",
-    "append",
-    "setrange",
-    "incr",
-    "incrby",
-    "incrbyfloat",
-    "decr",
-    "decrby",
-    "setbit",
-    "bitop",
-    "bitfield",
-    "del",
-    "unlink",
-    "expire",
-    "pexpire",
-    "expireat",
-    "pexpireat",
-    "persist",
-    "rename",
-    "renamenx",
-    "move",
-    "copy",
-    "restore",
-    "migrate",
-    "sort",
+    "set", "setnx", "setex", "psetex", "mset", "msetnx", "getset", "getdel", "getex",
+    "append", "setrange", "incr", "incrby", "incrbyfloat", "decr", "decrby", "setbit",
+    "bitop", "bitfield", "del", "unlink", "expire", "pexpire", "expireat", "pexpireat",
+    "persist", "rename", "renamenx", "move", "copy", "restore", "migrate", "sort",
     // Hashes.
-    "hset",
-    "hsetnx",
-    "hmset",
-    "hdel",
-    "hincrby",
-    "hincrbyfloat",
-    "hexpire",
-    "hpexpire",
-    "hexpireat",
-    "hpexpireat",
-    "hpersist",
-    "hgetdel",
-    "hgetex",
-    "hsetex",
+    "hset", "hsetnx", "hmset", "hdel", "hincrby", "hincrbyfloat", "hexpire", "hpexpire",
+    "hexpireat", "hpexpireat", "hpersist", "hgetdel", "hgetex", "hsetex",
     // Lists.
-    "lpush",
-    "rpush",
-    "lpushx",
-    "rpushx",
-    "lpop",
-    "rpop",
-    "linsert",
-    "lset",
-    "lrem",
-    "ltrim",
-    "lmove",
-    "blmove",
-    "rpoplpush",
-    "brpoplpush",
-    "blpop",
-    "brpop",
-    "lmpop",
-    "blmpop",
+    "lpush", "rpush", "lpushx", "rpushx", "lpop", "rpop", "linsert", "lset", "lrem", "ltrim",
+    "lmove", "blmove", "rpoplpush", "brpoplpush", "blpop", "brpop", "lmpop", "blmpop",
     // Sets and sorted sets.
-    "sadd",
-    "srem",
-    "spop",
-    "smove",
-    "sinterstore",
-    "sunionstore",
-    "sdiffstore",
-    "zadd",
-    "zrem",
-    "zincrby",
-    "zpopmin",
-    "zpopmax",
-    "bzpopmin",
-    "bzpopmax",
-    "zmpop",
-    "bzmpop",
-    "zremrangebyscore",
-    "zremrangebyrank",
-    "zremrangebylex",
-    "zunionstore",
-    "zinterstore",
-    "zdiffstore",
-    "zrangestore",
+    "sadd", "srem", "spop", "smove", "sinterstore", "sunionstore", "sdiffstore", "zadd",
+    "zrem", "zincrby", "zpopmin", "zpopmax", "bzpopmin", "bzpopmax", "zmpop", "bzmpop",
+    "zremrangebyscore", "zremrangebyrank", "zremrangebylex", "zunionstore", "zinterstore",
+    "zdiffstore", "zrangestore",
     // Streams, HyperLogLog, geo.
-    "xadd",
-    "xdel",
-    "xtrim",
-    "pfadd",
-    "pfmerge",
-    "geoadd",
-    "geosearchstore",
+    "xadd", "xdel", "xtrim", "pfadd", "pfmerge", "geoadd", "geosearchstore",
     // The whole database.
-    "flushall",
-    "flushdb",
-    "swapdb",
+    "flushall", "flushdb", "swapdb",
 ];
 
 /// The refusal of a Redis write command, by its name; `None` for any
@@ -211,9 +128,11 @@ pub(super) fn pattern_arg(arg: Bytes) -> Option<Bytes> {
     (&arg[..] != b"*").then_some(arg)
 }
 
-/// `SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]`: `LEASE.SCAN`'s
-/// iteration, with its guarantees.
-pub fn parse_scan_keys(args: &mut Args) -> Result<Command, Reply> {
+/// The arguments of `LEASE.SCAN` (`cursor [MATCH pattern] [COUNT
+/// count]`), and of `SCAN` when `typed` (`[TYPE type]` too), parsed as
+/// Redis parses `SCAN`'s options: any may repeat, the last one wins.
+/// Returns the scan op and whether `TYPE` lets hashes through.
+pub(super) fn scan_args(args: &mut Args, typed: bool) -> Result<(Op, bool), Reply> {
     let cursor = cursor_arg(&args.required())?;
     let (mut pattern, mut count, mut hashes) = (None, 10, true);
     while let Some(option) = args.next() {
@@ -221,10 +140,11 @@ pub fn parse_scan_keys(args: &mut Args) -> Result<Command, Reply> {
             return Err(syntax_error());
         };
         if option.eq_ignore_ascii_case(b"match") {
+            // `*` matches every id, the empty one included, as in SCAN.
             pattern = pattern_arg(value);
         } else if option.eq_ignore_ascii_case(b"count") {
             count = count_arg(&value)?;
-        } else if option.eq_ignore_ascii_case(b"type") {
+        } else if typed && option.eq_ignore_ascii_case(b"type") {
             let Some(kind) = TYPES
                 .iter()
                 .find(|kind| kind.as_bytes().eq_ignore_ascii_case(&value))
@@ -244,6 +164,13 @@ pub fn parse_scan_keys(args: &mut Args) -> Result<Command, Reply> {
         pattern,
         count,
     };
+    Ok((op, hashes))
+}
+
+/// `SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]`: `LEASE.SCAN`'s
+/// iteration, with its guarantees.
+pub fn parse_scan_keys(args: &mut Args) -> Result<Command, Reply> {
+    let (op, hashes) = scan_args(args, true)?;
     read(op, View::Scan { hashes })
 }
 
@@ -273,36 +200,24 @@ pub fn parse_type(args: &mut Args) -> Result<Command, Reply> {
     inspect(args, View::Type)
 }
 
+fn ttl(args: &mut Args, millis: bool, absolute: bool) -> Result<Command, Reply> {
+    inspect(args, View::Ttl { millis, absolute })
+}
+
 pub fn parse_ttl(args: &mut Args) -> Result<Command, Reply> {
-    let view = View::Ttl {
-        millis: false,
-        absolute: false,
-    };
-    inspect(args, view)
+    ttl(args, false, false)
 }
 
 pub fn parse_pttl(args: &mut Args) -> Result<Command, Reply> {
-    let view = View::Ttl {
-        millis: true,
-        absolute: false,
-    };
-    inspect(args, view)
+    ttl(args, true, false)
 }
 
 pub fn parse_expiretime(args: &mut Args) -> Result<Command, Reply> {
-    let view = View::Ttl {
-        millis: false,
-        absolute: true,
-    };
-    inspect(args, view)
+    ttl(args, false, true)
 }
 
 pub fn parse_pexpiretime(args: &mut Args) -> Result<Command, Reply> {
-    let view = View::Ttl {
-        millis: true,
-        absolute: true,
-    };
-    inspect(args, view)
+    ttl(args, true, true)
 }
 
 pub fn parse_hgetall(args: &mut Args) -> Result<Command, Reply> {

@@ -3,7 +3,7 @@
 
 use super::Command;
 use super::args::{Args, float_arg, optional_now, syntax_error, token_arg};
-use super::keyspace::{count_arg, cursor_arg, pattern_arg};
+use super::keyspace::scan_args;
 use std::time::Duration;
 
 use crate::number::parse_i64;
@@ -139,30 +139,11 @@ pub fn parse_waiters(args: &mut Args) -> Result<Command, Reply> {
     Ok(Command::Waiters(args.required()))
 }
 
-/// `LEASE.SCAN cursor [MATCH pattern] [COUNT count]`, parsed as Redis
-/// parses `SCAN`'s options: either may repeat, the last one wins.
+/// `LEASE.SCAN cursor [MATCH pattern] [COUNT count]`: `SCAN`'s options
+/// without `TYPE`.
 pub fn parse_scan(args: &mut Args) -> Result<Command, Reply> {
-    let cursor = cursor_arg(&args.required())?;
-    let mut pattern = None;
-    let mut count = 10;
-    while let Some(option) = args.next() {
-        let Some(value) = args.next() else {
-            return Err(syntax_error());
-        };
-        if option.eq_ignore_ascii_case(b"match") {
-            // `*` matches every id, the empty one included, as in SCAN.
-            pattern = pattern_arg(value);
-        } else if option.eq_ignore_ascii_case(b"count") {
-            count = count_arg(&value)?;
-        } else {
-            return Err(syntax_error());
-        }
-    }
-    Ok(Command::Lease(Op::Scan {
-        cursor,
-        pattern,
-        count,
-    }))
+    let (op, _) = scan_args(args, false)?;
+    Ok(Command::Lease(op))
 }
 
 pub fn parse_dbsize(_: &mut Args) -> Result<Command, Reply> {

@@ -274,33 +274,25 @@ const KEY: Arg = arg("key", ArgKind::Key);
 const KEYSPACE_SLOW: &[&str] = &["@keyspace", "@read", "@slow"];
 const HASH_SLOW: &[&str] = &["@read", "@hash", "@slow"];
 
-/// A fast read of one run as a key (`TYPE`, `TTL`, ...).
-const fn key_read(
-    name: &'static str,
-    arity: i32,
-    summary: &'static str,
-    parse: ParseFn,
-) -> CommandSpec {
-    CommandSpec {
-        flags: Flags::READONLY.union(Flags::FAST),
-        acl_categories: &["@keyspace", "@read", "@fast"],
-        args: &[KEY],
-        ..command(name, arity, "generic", summary, parse)
-    }
-}
+/// The documentation group and ACL categories of a fast read of a run as
+/// a key (`TYPE`, `TTL`, ...) or as a hash (`HGET`, `HLEN`, ...).
+type ReadKind = (&'static str, &'static [&'static str]);
+const KEY_READ: ReadKind = ("generic", &["@keyspace", "@read", "@fast"]);
+const HASH_READ: ReadKind = ("hash", &["@read", "@hash", "@fast"]);
 
-/// A fast read of one run as a hash (`HGET`, `HLEN`, ...).
-const fn hash_read(
+/// A fast read of one run (the keyspace view).
+const fn fast_read(
     name: &'static str,
     arity: i32,
+    (group, acl_categories): ReadKind,
     summary: &'static str,
     parse: ParseFn,
 ) -> CommandSpec {
     CommandSpec {
         flags: Flags::READONLY.union(Flags::FAST),
-        acl_categories: &["@read", "@hash", "@fast"],
+        acl_categories,
         args: &[KEY],
-        ..command(name, arity, "hash", summary, parse)
+        ..command(name, arity, group, summary, parse)
     }
 }
 
@@ -759,40 +751,46 @@ pub static COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         complexity: "O(N) where N is the number of keys to check",
         args: &[multiple(KEY)],
-        ..key_read(
+        ..fast_read(
             "exists",
             -2,
+            KEY_READ,
             "Count how many of the runs named hold a lease",
             parse_exists,
         )
     },
-    key_read(
+    fast_read(
         "type",
         2,
+        KEY_READ,
         "Return hash for a run that holds a lease, none otherwise",
         parse_type,
     ),
-    key_read(
+    fast_read(
         "ttl",
         2,
+        KEY_READ,
         "Return the seconds left to a lease's expires_at",
         parse_ttl,
     ),
-    key_read(
+    fast_read(
         "pttl",
         2,
+        KEY_READ,
         "Return the milliseconds left to a lease's expires_at",
         parse_pttl,
     ),
-    key_read(
+    fast_read(
         "expiretime",
         2,
+        KEY_READ,
         "Return a lease's expires_at as a Unix time in seconds",
         parse_expiretime,
     ),
-    key_read(
+    fast_read(
         "pexpiretime",
         2,
+        KEY_READ,
         "Return a lease's expires_at as a Unix time in milliseconds",
         parse_pexpiretime,
     ),
@@ -800,42 +798,69 @@ pub static COMMANDS: &[CommandSpec] = &[
         flags: Flags::READONLY,
         acl_categories: HASH_SLOW,
         complexity: "O(1): a lease has six fields",
-        ..hash_read(
+        ..fast_read(
             "hgetall",
             2,
+            HASH_READ,
             "Return a lease's fields and values",
             parse_hgetall,
         )
     },
     CommandSpec {
         args: &[KEY, arg("field", ArgKind::String)],
-        ..hash_read("hget", 3, "Return one field of a lease", parse_hget)
+        ..fast_read(
+            "hget",
+            3,
+            HASH_READ,
+            "Return one field of a lease",
+            parse_hget,
+        )
     },
     CommandSpec {
         args: &[KEY, multiple(arg("field", ArgKind::String))],
-        ..hash_read("hmget", -3, "Return fields of a lease", parse_hmget)
+        ..fast_read(
+            "hmget",
+            -3,
+            HASH_READ,
+            "Return fields of a lease",
+            parse_hmget,
+        )
     },
-    hash_read(
+    fast_read(
         "hlen",
         2,
+        HASH_READ,
         "Return the number of fields of a lease (6), or 0",
         parse_hlen,
     ),
     CommandSpec {
         flags: Flags::READONLY,
         acl_categories: HASH_SLOW,
-        ..hash_read("hkeys", 2, "Return a lease's field names", parse_hkeys)
+        ..fast_read(
+            "hkeys",
+            2,
+            HASH_READ,
+            "Return a lease's field names",
+            parse_hkeys,
+        )
     },
     CommandSpec {
         flags: Flags::READONLY,
         acl_categories: HASH_SLOW,
-        ..hash_read("hvals", 2, "Return a lease's values", parse_hvals)
+        ..fast_read(
+            "hvals",
+            2,
+            HASH_READ,
+            "Return a lease's values",
+            parse_hvals,
+        )
     },
     CommandSpec {
         args: &[KEY, arg("field", ArgKind::String)],
-        ..hash_read(
+        ..fast_read(
             "hexists",
             3,
+            HASH_READ,
             "Return whether a lease has a field",
             parse_hexists,
         )
@@ -850,9 +875,10 @@ pub static COMMANDS: &[CommandSpec] = &[
             optional(token("COUNT", arg("count", ArgKind::Integer))),
             optional(word("novalues", "NOVALUES")),
         ],
-        ..hash_read(
+        ..fast_read(
             "hscan",
             -3,
+            HASH_READ,
             "Return a lease's fields and values in one call, cursor 0",
             parse_hscan,
         )
