@@ -305,6 +305,26 @@ fn a_subscribed_resp2_client_cannot_multi() {
 }
 
 #[test]
+fn subscribing_inside_a_transaction_answers_one_element_per_command() {
+    let server = Server::start();
+    let mut raw = server.raw();
+    use std::io::{Read, Write};
+    raw.write_all(b"MULTI\r\nSUBSCRIBE a b\r\nEXEC\r\nPING\r\n")
+        .unwrap();
+    let expected: &[u8] = b"+OK\r\n+QUEUED\r\n*1\r\n*2\r\n\
+        *3\r\n$9\r\nsubscribe\r\n$1\r\na\r\n:1\r\n\
+        *3\r\n$9\r\nsubscribe\r\n$1\r\nb\r\n:2\r\n\
+        *2\r\n$4\r\npong\r\n$0\r\n\r\n";
+    let mut got = vec![0; expected.len()];
+    raw.read_exact(&mut got).unwrap();
+    // Subscribed now: PING answers as a subscriber's does.
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(expected)
+    );
+}
+
+#[test]
 fn an_unauthenticated_client_gets_noauth() {
     let server = Server::start_with(&["--requirepass", "pw"]);
     let mut con = server.typed();

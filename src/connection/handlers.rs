@@ -148,7 +148,9 @@ where
         } else {
             command::parse_gated(args, |name| self.refused_while_subscribed(name))
         };
-        if settings.monitored && parsed.is_ok() {
+        // EXEC is shown after its commands, as in Redis.
+        let exec = matches!(parsed, Ok(Command::Exec));
+        if settings.monitored && parsed.is_ok() && !exec {
             self.publish(args);
         }
         let command = match parsed {
@@ -194,7 +196,13 @@ where
             Command::RewriteLog => (CoreCommand::RewriteLog, None),
             Command::ConfigSet(pairs) => (CoreCommand::Configure(pairs), None),
             Command::ConfigResetStat => (CoreCommand::ResetStats, None),
-            Command::Exec => return self.exec(settings, slots, for_core),
+            Command::Exec => {
+                let flow = self.exec(settings, slots, for_core);
+                if settings.monitored {
+                    self.publish(args);
+                }
+                return flow;
+            }
             Command::Monitor if in_exec => {
                 slots.push(Slot::Ready(protocol, Reply::error(multi::MONITOR_IN_EXEC)));
                 return Flow::Next;
@@ -285,7 +293,12 @@ where
                 let replies = inner
                     .into_iter()
                     .filter_map(|slot| self.resolve(slot, answers))
-                    .map(|(_, reply)| reply)
+                    .map(|(_, reply)| match reply {
+                        // One element per queued command: SUBSCRIBE's
+                        // notices, one per name, become an array.
+                        Reply::Replies(replies) => Reply::Array(replies),
+                        reply => reply,
+                    })
                     .collect();
                 return Some((protocol, Reply::Array(replies)));
             }
