@@ -109,3 +109,25 @@ fn redis_py_sees_lease_events_and_blocks_in_resp2() {
 fn redis_py_sees_lease_events_and_blocks_in_resp3() {
     redis_py_sees_events_and_blocks("3");
 }
+
+/// redis-py's default `pipeline()`, a MULTI ... EXEC transaction, in
+/// RESP2 and RESP3 (the checks are in
+/// tests/clients/redis_py_transactions.py).
+#[test]
+#[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
+fn redis_py_pipelines_are_transactions() {
+    let server = Server::start();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/redis_py_transactions.py"
+    );
+    let port = server.port.to_string();
+    let (success, stdout, stderr) =
+        run_bounded(Command::new("python3").args([script, &port]), "python3");
+    assert!(
+        success
+            && stdout.contains("RESP2 transactions ok")
+            && stdout.contains("RESP3 transactions ok"),
+        "redis-py transactions check failed:\n{stdout}\n{stderr}"
+    );
+}
