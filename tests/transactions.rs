@@ -14,6 +14,7 @@ use common::binary::{Server, data_dir, wait_until};
 use common::client::{
     Client, acquire_cmd, error_line, int, lease_or_null, lease_reply, status, text,
 };
+use common::raw::{exchange, show};
 use redis::Value;
 
 const EXECABORT: &str = "EXECABORT Transaction discarded because of previous errors.";
@@ -39,6 +40,12 @@ fn tokens(reply: Value) -> Vec<i64> {
         .iter()
         .map(|lease| lease_reply(lease).fencing_token)
         .collect()
+}
+
+/// Acquires a free run: its fencing token.
+fn take(con: &mut Client, run: &str) -> i64 {
+    let lease = con.acquire(run, "w", None, None).expect("a free run");
+    lease.fencing_token
 }
 
 fn runs(prefix: &str, count: usize) -> Vec<String> {
@@ -70,10 +77,7 @@ fn an_atomic_pipeline_of_acquires_returns_every_lease_in_resp2_and_resp3() {
 fn a_queuing_error_aborts_the_transaction_and_spends_no_token() {
     let server = Server::start();
     let mut con = server.typed();
-    let before = con
-        .acquire("before", "w", None, None)
-        .unwrap()
-        .fencing_token;
+    let before = take(&mut con, "before");
     let queued = status("QUEUED");
     for bad in [
         &["NOSUCH", "x"][..],
@@ -100,7 +104,7 @@ fn a_queuing_error_aborts_the_transaction_and_spends_no_token() {
     assert_eq!(error.code(), Some("EXECABORT"), "{}", error_line(&error));
     assert_eq!(con.get("a", None), None);
     assert_eq!(con.get("b", None), None);
-    let after = con.acquire("after", "w", None, None).unwrap().fencing_token;
+    let after = take(&mut con, "after");
     assert_eq!(after, before + 1, "no token was spent");
 }
 
@@ -108,15 +112,12 @@ fn a_queuing_error_aborts_the_transaction_and_spends_no_token() {
 fn discard_applies_nothing() {
     let server = Server::start();
     let mut con = server.typed();
-    let before = con
-        .acquire("before", "w", None, None)
-        .unwrap()
-        .fencing_token;
+    let before = take(&mut con, "before");
     assert_eq!(con.run(&["MULTI"]), Value::Okay);
     assert_eq!(con.run(&["LEASE.ACQUIRE", "a", "w"]), status("QUEUED"));
     assert_eq!(con.run(&["DISCARD"]), Value::Okay);
     assert_eq!(con.get("a", None), None);
-    let after = con.acquire("after", "w", None, None).unwrap().fencing_token;
+    let after = take(&mut con, "after");
     assert_eq!(after, before + 1);
     assert_eq!(con.error(&["DISCARD"]), "ERR DISCARD without MULTI");
 }
@@ -286,41 +287,36 @@ fn reset_discards_and_quit_closes() {
     assert_eq!(other.get("a", None), None);
 }
 
+/// Sends `request` on a new raw connection; the replies must be `expected`.
+fn raw_replies(server: &Server, request: &[u8], expected: &[u8]) {
+    let mut stream = server.raw();
+    let got = exchange(&mut stream, request, expected.len());
+    assert_eq!(show(&got), show(expected));
+}
+
 #[test]
 fn a_subscribed_resp2_client_cannot_multi() {
     let server = Server::start();
-    let mut raw = server.raw();
-    use std::io::{Read, Write};
-    raw.write_all(b"SUBSCRIBE ch\r\nMULTI\r\n").unwrap();
-    let expected: &[u8] =
+    raw_replies(
+        &server,
+        b"SUBSCRIBE ch\r\nMULTI\r\n",
         b"*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n-ERR Can't execute 'multi': \
         only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this \
-        context\r\n";
-    let mut got = vec![0; expected.len()];
-    raw.read_exact(&mut got).unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&got),
-        String::from_utf8_lossy(expected)
+        context\r\n",
     );
 }
 
 #[test]
 fn subscribing_inside_a_transaction_answers_one_element_per_command() {
     let server = Server::start();
-    let mut raw = server.raw();
-    use std::io::{Read, Write};
-    raw.write_all(b"MULTI\r\nSUBSCRIBE a b\r\nEXEC\r\nPING\r\n")
-        .unwrap();
-    let expected: &[u8] = b"+OK\r\n+QUEUED\r\n*1\r\n*2\r\n\
+    // Subscribed after EXEC: PING answers as a subscriber's does.
+    raw_replies(
+        &server,
+        b"MULTI\r\nSUBSCRIBE a b\r\nEXEC\r\nPING\r\n",
+        b"+OK\r\n+QUEUED\r\n*1\r\n*2\r\n\
         *3\r\n$9\r\nsubscribe\r\n$1\r\na\r\n:1\r\n\
         *3\r\n$9\r\nsubscribe\r\n$1\r\nb\r\n:2\r\n\
-        *2\r\n$4\r\npong\r\n$0\r\n\r\n";
-    let mut got = vec![0; expected.len()];
-    raw.read_exact(&mut got).unwrap();
-    // Subscribed now: PING answers as a subscriber's does.
-    assert_eq!(
-        String::from_utf8_lossy(&got),
-        String::from_utf8_lossy(expected)
+        *2\r\n$4\r\npong\r\n$0\r\n\r\n",
     );
 }
 

@@ -14,6 +14,10 @@
 //! ends), and the requests the client pipelined after it run only then.
 //! Between requests the connection also passes on what it is fed: lease
 //! events for a subscriber (`pubsub`), commands for a monitor.
+//!
+//! Inside `MULTI` requests are queued (`multi`) until `EXEC`, whose lease
+//! commands join the batch of the read it came in, so the core runs them
+//! back to back and logs them with one write.
 
 mod handlers;
 mod multi;
