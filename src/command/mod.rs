@@ -260,12 +260,6 @@ impl CommandName {
         self.parent.is_none() && NOT_QUEUED.contains(&self.spec.name)
     }
 
-    /// Whether the slow log leaves it out (`EXEC`: its commands are
-    /// logged one by one).
-    pub fn skips_slowlog(&self) -> bool {
-        self.flags().contains(Flags::SKIP_SLOWLOG)
-    }
-
     /// Whether a RESP2 client subscribed to something may run it: only
     /// the (un)subscribe commands, `PING`, `QUIT` and `RESET`, as in Redis.
     pub fn allowed_while_subscribed(&self) -> bool {
