@@ -417,6 +417,36 @@ async fn monitor_streams_commands_run_by_every_client() {
     }
 }
 
+/// A transaction shows as in Redis: MULTI, then its commands as EXEC
+/// runs them, then EXEC.
+#[tokio::test]
+async fn monitor_shows_a_transaction_in_order() {
+    let server = InProcess::start(&[]).await;
+    let mut watcher = monitor(&server, b"").await;
+    let mut con = server.client().await;
+    con.run(&["MULTI"]).await;
+    con.run(&["ECHO", "queued"]).await;
+    con.run(&["LEASE.GET", "r"]).await;
+    con.run(&["EXEC"]).await;
+    con.run(&["ECHO", "done"]).await;
+    let lines = loop_until(&mut watcher, "\"ECHO\" \"done\"").await;
+    let commands: Vec<&str> = lines
+        .iter()
+        .map(|line| line.split_once("] ").expect("[db addr]").1)
+        .skip_while(|command| *command != "\"MULTI\"")
+        .collect();
+    assert_eq!(
+        commands,
+        [
+            "\"MULTI\"",
+            "\"ECHO\" \"queued\"",
+            "\"LEASE.GET\" \"r\"",
+            "\"EXEC\"",
+            "\"ECHO\" \"done\""
+        ]
+    );
+}
+
 /// Monitor lines until one ends with `last`, all of them.
 async fn loop_until(reader: &mut Lines, last: &str) -> Vec<String> {
     let mut lines = Vec::new();

@@ -510,3 +510,38 @@ async fn writes_are_refused_with_one_error_and_change_nothing() {
         "ERR unknown command 'GET', with args beginning with: 'run' "
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn keyspace_reads_run_in_a_transaction_and_a_write_aborts_one() {
+    let server = InProcess::start(&[]).await;
+    let mut con = server.client().await;
+    con.acquire("run", "w", None, Some(10.0)).await.unwrap();
+    let queued = status("QUEUED");
+    assert_eq!(con.run(&["MULTI"]).await, Value::Okay);
+    assert_eq!(con.run(&["TYPE", "run"]).await, queued);
+    assert_eq!(con.run(&["TTL", "run"]).await, queued);
+    assert_eq!(con.run(&["HGET", "run", "worker_id"]).await, queued);
+    assert_eq!(con.run(&["EXISTS", "run", "nope"]).await, queued);
+    assert_eq!(
+        con.run(&["EXEC"]).await,
+        Value::Array(vec![
+            status("hash"),
+            Value::Int(10),
+            bulk_value("w"),
+            Value::Int(1)
+        ])
+    );
+    assert_eq!(con.run(&["MULTI"]).await, Value::Okay);
+    assert_eq!(
+        con.error(&["HSET", "run", "worker_id", "me"]).await,
+        refusal("hset")
+    );
+    assert_eq!(
+        con.error(&["EXEC"]).await,
+        "EXECABORT Transaction discarded because of previous errors."
+    );
+    assert_eq!(
+        con.run(&["HGET", "run", "worker_id"]).await,
+        bulk_value("w")
+    );
+}

@@ -54,3 +54,17 @@ fn ioredis_and_node_redis_see_lease_events_and_block() {
     assert!(stdout.contains("ioredis events ok"), "{stdout}");
     assert!(stdout.contains("node-redis events ok"), "{stdout}");
 }
+
+/// ioredis' and node-redis' `multi()`, MULTI ... EXEC transactions (the
+/// checks are in tests/clients/node_transactions.js, on a fresh server).
+#[test]
+#[ignore = "needs node and its clients (npm ci --prefix tests/clients); run with --include-ignored"]
+fn ioredis_and_node_redis_multi_are_transactions() {
+    let (success, stdout, stderr) = run_script("node_transactions.js");
+    assert!(
+        success,
+        "node transactions check failed:\n{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("ioredis transactions ok"), "{stdout}");
+    assert!(stdout.contains("node-redis transactions ok"), "{stdout}");
+}

@@ -8,6 +8,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::Command;
 
 use common::binary::Server;
@@ -74,16 +75,7 @@ print("ok")
 /// tests/clients/redis_py_events.py, on a fresh server: it expects tokens
 /// from 1).
 fn redis_py_sees_events_and_blocks(protocol: &str) {
-    let server = Server::start();
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/clients/redis_py_events.py"
-    );
-    let port = server.port.to_string();
-    let (success, stdout, stderr) = run_bounded(
-        Command::new("python3").args([script, &port, protocol]),
-        "python3",
-    );
+    let (success, stdout, stderr) = run_script("redis_py_events.py", &[protocol]);
     assert!(
         success && stdout.contains(&format!("RESP{protocol} ok")),
         "redis-py events check failed:\n{stdout}\n{stderr}"
@@ -110,6 +102,32 @@ fn redis_py_sees_lease_events_and_blocks_in_resp3() {
     redis_py_sees_events_and_blocks("3");
 }
 
+/// Runs tests/clients/SCRIPT with python3 against a fresh server (its
+/// port, then `args`): whether it passed, and what it printed.
+fn run_script(script: &str, args: &[&str]) -> (bool, String, String) {
+    let server = Server::start();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/clients")
+        .join(script);
+    let mut python = Command::new("python3");
+    python.arg(script).arg(server.port.to_string()).args(args);
+    run_bounded(&mut python, "python3")
+}
+
+/// redis-py's default `pipeline()`, a MULTI ... EXEC transaction, in
+/// RESP2 and RESP3 (the checks are in
+/// tests/clients/redis_py_transactions.py).
+#[test]
+#[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
+fn redis_py_pipelines_are_transactions() {
+    let (success, stdout, stderr) = run_script("redis_py_transactions.py", &[]);
+    let both = stdout.contains("RESP2 transactions ok") && stdout.contains("RESP3 transactions ok");
+    assert!(
+        success && both,
+        "redis-py transactions check failed:\n{stdout}\n{stderr}"
+    );
+}
+
 /// The keyspace view through redis-py (tests/clients/redis_py_keyspace.py):
 /// `scan_iter` over 10,000 runs returns each once, `hgetall` decodes, and
 /// every write command is refused with the connection alive, in RESP2 and
@@ -117,14 +135,7 @@ fn redis_py_sees_lease_events_and_blocks_in_resp3() {
 #[test]
 #[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
 fn redis_py_sees_the_runs_as_read_only_hashes() {
-    let server = Server::start();
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/clients/redis_py_keyspace.py"
-    );
-    let port = server.port.to_string();
-    let (success, stdout, stderr) =
-        run_bounded(Command::new("python3").args([script, &port]), "python3");
+    let (success, stdout, stderr) = run_script("redis_py_keyspace.py", &[]);
     assert!(
         success && stdout.contains("RESP2 ok") && stdout.contains("RESP3 ok"),
         "redis-py keyspace check failed:\n{stdout}\n{stderr}"

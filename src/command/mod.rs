@@ -161,6 +161,16 @@ pub enum Command {
     Help(&'static [&'static str]),
     Time,
     Shutdown,
+    /// `MULTI`: start queuing a transaction.
+    Multi,
+    /// `EXEC`: run the queued transaction.
+    Exec,
+    /// `DISCARD`: drop the queued transaction.
+    Discard,
+    /// `WATCH key ...`: refused (see the connection's `multi`).
+    Watch,
+    /// `UNWATCH`: nothing is ever watched, so only `OK`.
+    Unwatch,
 }
 
 /// Parses one request. The error is the reply to send instead. The
@@ -178,6 +188,22 @@ pub fn parse_gated(
     args: &[Bytes],
     gate: impl FnOnce(CommandName) -> Option<Reply>,
 ) -> Result<Command, Reply> {
+    let name = check(args)?;
+    if let Some(refused) = gate(name) {
+        return Err(refused);
+    }
+    let mut rest = Args::new(args);
+    let words = if name.parent.is_some() { 2 } else { 1 };
+    for _ in 0..words {
+        rest.next();
+    }
+    (name.spec.parse)(&mut rest)
+}
+
+/// The command a request names, once it is known to exist (a subcommand
+/// too) and its arity is right: Redis's checks before it runs or queues a
+/// command; inside `MULTI` failing them aborts the transaction.
+pub fn check(args: &[Bytes]) -> Result<CommandName, Reply> {
     let mut args = Args::new(args);
     let name = args
         .next()
@@ -190,10 +216,7 @@ pub fn parse_gated(
     check_arity(spec, None, args.len() + 1)?;
     // A container run bare (only `COMMAND` allows it) has its own parse step.
     let Some(sub_name) = spec.subcommands.first().and_then(|_| args.next()) else {
-        if let Some(refused) = gate(CommandName { parent: None, spec }) {
-            return Err(refused);
-        }
-        return (spec.parse)(&mut args);
+        return Ok(CommandName { parent: None, spec });
     };
     let Some(sub) = table::lookup(spec.subcommands, &sub_name) else {
         return Err(Reply::error(format!(
@@ -203,14 +226,10 @@ pub fn parse_gated(
         )));
     };
     check_arity(sub, Some(spec), args.len() + 2)?;
-    let name = CommandName {
+    Ok(CommandName {
         parent: Some(spec),
         spec: sub,
-    };
-    if let Some(refused) = gate(name) {
-        return Err(refused);
-    }
-    (sub.parse)(&mut args)
+    })
 }
 
 /// The command a request names (a subcommand where it has one), known or
@@ -237,6 +256,18 @@ impl CommandName {
     /// `no_auth` flag: AUTH, HELLO, QUIT, RESET).
     pub fn allowed_before_auth(&self) -> bool {
         self.flags().contains(Flags::NO_AUTH)
+    }
+
+    /// Whether Redis refuses it inside `MULTI` (its `no_multi` flag).
+    pub fn refused_in_multi(&self) -> bool {
+        self.flags().contains(Flags::NO_MULTI)
+    }
+
+    /// Whether it runs at once inside `MULTI` rather than being queued:
+    /// the transaction's own commands, `QUIT` and `RESET`, as in Redis.
+    pub fn runs_in_multi(&self) -> bool {
+        const NOT_QUEUED: [&str; 6] = ["exec", "discard", "multi", "watch", "quit", "reset"];
+        self.parent.is_none() && NOT_QUEUED.contains(&self.spec.name)
     }
 
     /// Whether a RESP2 client subscribed to something may run it: only

@@ -86,6 +86,26 @@ pub fn parse_reset(_: &mut Args) -> Result<Command, Reply> {
     Ok(Command::Reset)
 }
 
+pub fn parse_multi(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Multi)
+}
+
+pub fn parse_exec(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Exec)
+}
+
+pub fn parse_discard(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Discard)
+}
+
+pub fn parse_watch(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Watch)
+}
+
+pub fn parse_unwatch(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Unwatch)
+}
+
 /// `SELECT index`: there is one database, number 0.
 pub fn parse_select(args: &mut Args) -> Result<Command, Reply> {
     match parse_i64(&args.required()) {

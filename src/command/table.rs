@@ -104,6 +104,7 @@ bitflags! {
         const ALLOW_BUSY = 1 << 11;
         const PUBSUB = 1 << 12;
         const BLOCKING = 1 << 13;
+        const SKIP_SLOWLOG = 1 << 14;
     }
 }
 
@@ -111,7 +112,7 @@ impl Flags {
     /// The flags' names as `COMMAND INFO` shows them (`write`, `no_auth`),
     /// in Redis's order.
     pub fn names(self) -> impl Iterator<Item = &'static str> {
-        const NAMES: [(Flags, &str); 14] = [
+        const NAMES: [(Flags, &str); 15] = [
             (Flags::WRITE, "write"),
             (Flags::READONLY, "readonly"),
             (Flags::DENYOOM, "denyoom"),
@@ -121,6 +122,7 @@ impl Flags {
             (Flags::BLOCKING, "blocking"),
             (Flags::LOADING, "loading"),
             (Flags::STALE, "stale"),
+            (Flags::SKIP_SLOWLOG, "skip_slowlog"),
             (Flags::FAST, "fast"),
             (Flags::NO_AUTH, "no_auth"),
             (Flags::NO_ASYNC_LOADING, "no_async_loading"),
@@ -265,6 +267,14 @@ const PUBSUB_FLAGS: Flags = Flags::PUBSUB
     .union(Flags::STALE);
 const PUBSUB_ACL: &[&str] = &["@pubsub", "@slow"];
 const PUBSUB_INTROSPECTION: Flags = Flags::PUBSUB.union(Flags::LOADING).union(Flags::STALE);
+
+/// MULTI, DISCARD, WATCH and UNWATCH, as Redis flags them.
+const TRANSACTION_FLAGS: Flags = Flags::NOSCRIPT
+    .union(Flags::LOADING)
+    .union(Flags::STALE)
+    .union(Flags::FAST)
+    .union(Flags::ALLOW_BUSY);
+const FAST_TRANSACTION: &[&str] = &["@fast", "@transaction"];
 
 /// `now` as the lease commands take it: optional, in seconds.
 const NOW: Arg = optional(arg("now", ArgKind::Double));
@@ -702,6 +712,65 @@ pub static COMMANDS: &[CommandSpec] = &[
             "server",
             "Flush the token ceiling and stop the server",
             parse_shutdown,
+        )
+    },
+    CommandSpec {
+        flags: TRANSACTION_FLAGS,
+        acl_categories: FAST_TRANSACTION,
+        ..command(
+            "multi",
+            1,
+            "transactions",
+            "Start a transaction: the commands that follow are queued until EXEC",
+            parse_multi,
+        )
+    },
+    CommandSpec {
+        flags: Flags::NOSCRIPT
+            .union(Flags::LOADING)
+            .union(Flags::STALE)
+            .union(Flags::SKIP_SLOWLOG),
+        acl_categories: &["@slow", "@transaction"],
+        ..command(
+            "exec",
+            1,
+            "transactions",
+            "Run the queued commands of a transaction together, with nothing in between",
+            parse_exec,
+        )
+    },
+    CommandSpec {
+        flags: TRANSACTION_FLAGS,
+        acl_categories: FAST_TRANSACTION,
+        ..command(
+            "discard",
+            1,
+            "transactions",
+            "Drop the queued commands of a transaction",
+            parse_discard,
+        )
+    },
+    CommandSpec {
+        flags: TRANSACTION_FLAGS,
+        acl_categories: FAST_TRANSACTION,
+        args: &[multiple(arg("key", ArgKind::String))],
+        ..command(
+            "watch",
+            -2,
+            "transactions",
+            "Refused: leases change only through lease commands, which fencing tokens guard",
+            parse_watch,
+        )
+    },
+    CommandSpec {
+        flags: TRANSACTION_FLAGS,
+        acl_categories: FAST_TRANSACTION,
+        ..command(
+            "unwatch",
+            1,
+            "transactions",
+            "Forget watched keys: none ever are, so it only answers OK",
+            parse_unwatch,
         )
     },
     // The keyspace view (keyspace.rs): runs as read-only hash keys.

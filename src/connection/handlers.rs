@@ -2,6 +2,10 @@
 //! commands go to the core as one batch; the others are answered here,
 //! from the session and the shared state. Replies are encoded in request
 //! order, each in the protocol in force when its request was read.
+//!
+//! Inside `MULTI` requests are queued (`multi`); `EXEC` plans them like a
+//! read's requests, into the same batch, and answers with their replies
+//! as one array.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
@@ -9,11 +13,13 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use tracing::{info, warn};
 
+use super::multi::{self, Transaction};
 use super::session::NOAUTH;
 use super::words::{self, Wording};
 use super::{After, Blocked, Connection};
 use crate::command::{self, ClientFilter, Command, KillFilter, SlowlogCommand, docs};
 use crate::core::{Answer, CoreAnswer, CoreCommand};
+use crate::registry::Op;
 use crate::reply::{Protocol, Reply};
 use crate::slowlog::Stopwatch;
 
@@ -23,6 +29,33 @@ enum Slot {
     /// The core's next answer, to the request at this position, and how
     /// to word it (for INFO, the sections to render its report in).
     Core(Protocol, usize, Wording),
+    /// `EXEC`: the slots of the transaction's requests, which it holds
+    /// (the positions of their `Core` slots are in these).
+    Exec(Protocol, Vec<Slot>, Vec<Vec<Bytes>>),
+}
+
+/// The settings every request of one read is run with, read once.
+struct Settings {
+    monitored: bool,
+    max_id_len: usize,
+    max_lock_delay: f64,
+    slower_than: i64,
+}
+
+impl Settings {
+    /// Why a lease command is refused before it reaches the core.
+    fn refused(&self, op: &Op) -> Option<Reply> {
+        words::refused_op(op, self.max_id_len, self.max_lock_delay)
+    }
+}
+
+/// What follows one request.
+enum Flow {
+    Next,
+    /// A blocking acquire went to the core: the requests after it wait.
+    Blocked,
+    /// QUIT, SHUTDOWN, or a client that closed itself: run nothing more.
+    Stop(After),
 }
 
 impl<S> Connection<S>
@@ -38,10 +71,13 @@ where
         if let Some(name) = requests.last().and_then(|args| command::name_of(args)) {
             self.last_command = Some(name);
         }
-        let monitored = self.shared.monitors.active();
         let config = self.shared.config();
-        let (max_id_len, slower_than) = (config.lease_max_id_len, config.slowlog_log_slower_than);
-        let max_lock_delay = config.lease_max_lock_delay;
+        let settings = Settings {
+            monitored: self.shared.monitors.active(),
+            max_id_len: config.lease_max_id_len,
+            max_lock_delay: config.lease_max_lock_delay,
+            slower_than: config.slowlog_log_slower_than,
+        };
         drop(config);
 
         let mut slots = Vec::with_capacity(requests.len());
@@ -51,78 +87,17 @@ where
         // wait for its answer.
         let mut taken = requests.len();
         for (index, args) in requests.iter().enumerate() {
-            let protocol = self.session.protocol;
-            if !self.session.authenticated && !allowed_before_auth(args) {
-                slots.push(Slot::Ready(protocol, Reply::error(NOAUTH)));
-                continue;
-            }
-            let parsed = command::parse_gated(args, |name| self.refused_while_subscribed(name));
-            if monitored && parsed.is_ok() {
-                self.publish(args);
-            }
-            let command = match parsed {
-                Ok(command) => command,
-                Err(reply) => {
-                    slots.push(Slot::Ready(protocol, reply));
-                    continue;
-                }
-            };
-            let (core_command, wording) = match command {
-                Command::Lease(op) => {
-                    if let Some(refused) = words::refused_op(&op, max_id_len, max_lock_delay) {
-                        slots.push(Slot::Ready(protocol, refused));
-                        continue;
-                    }
-                    (CoreCommand::Op(op), Wording::Plain)
-                }
-                Command::Keyspace { op, view } => (CoreCommand::Op(op), Wording::Key(view)),
-                Command::AcquireBlocking { op, timeout } => {
-                    if let Some(refused) = words::refused_op(&op, max_id_len, max_lock_delay) {
-                        slots.push(Slot::Ready(protocol, refused));
-                        continue;
-                    }
-                    let client_id = self.client.id;
-                    for_core.push(CoreCommand::AcquireBlocking {
-                        op,
-                        timeout,
-                        client_id,
-                    });
-                    slots.push(Slot::Core(protocol, index, Wording::Plain));
+            match self.plan(index, args, &settings, false, &mut slots, &mut for_core) {
+                Flow::Next => {}
+                Flow::Blocked => {
                     taken = index + 1;
                     break;
                 }
-                Command::Waiters(run_id) => (CoreCommand::Waiters(run_id), Wording::Plain),
-                Command::ClientUnblock { id, error } => (
-                    CoreCommand::Unblock {
-                        client_id: id,
-                        error,
-                    },
-                    Wording::Plain,
-                ),
-                Command::Info(sections) => (CoreCommand::Report, Wording::Info(sections)),
-                Command::RewriteLog => (CoreCommand::RewriteLog, Wording::Plain),
-                Command::ConfigSet(pairs) => (CoreCommand::Configure(pairs), Wording::Plain),
-                Command::ConfigResetStat => (CoreCommand::ResetStats, Wording::Plain),
-                command => {
-                    let mut stopwatch = Stopwatch::start(slower_than);
-                    let (reply, next) = self.apply(command);
-                    if let Some(took) = stopwatch.as_mut().and_then(Stopwatch::lap) {
-                        self.log_slow(args, took);
-                    }
-                    if let Some(reply) = reply {
-                        // In the protocol HELLO may just have chosen.
-                        slots.push(Slot::Ready(self.session.protocol, reply));
-                    }
-                    if next != After::Continue {
-                        // Requests after QUIT or SHUTDOWN are not run.
-                        after = next;
-                        break;
-                    }
-                    continue;
+                Flow::Stop(next) => {
+                    after = next;
+                    break;
                 }
-            };
-            for_core.push(core_command);
-            slots.push(Slot::Core(protocol, index, wording));
+            }
         }
 
         let answer = if for_core.is_empty() {
@@ -140,45 +115,224 @@ where
 
         let mut answers = answer.answers.into_iter();
         for slot in slots {
-            let (protocol, reply) = match slot {
-                Slot::Ready(protocol, reply) => (protocol, reply),
-                Slot::Core(protocol, _, wording) => {
-                    let answer = answers.next().expect("one answer per command");
-                    match answer {
-                        CoreAnswer::Configured(Ok(())) => {
-                            // Off the core: the connections waiting for
-                            // their clients read the new settings.
-                            self.shared.clients.reconfigured();
-                        }
-                        CoreAnswer::Blocked(outcome) => {
-                            // The last slot: its reply comes later.
-                            self.blocked = Some(Blocked { outcome, protocol });
-                            self.client.meta().blocked = true;
-                            continue;
-                        }
-                        _ => {}
-                    }
-                    (protocol, words::answer(answer, wording, &self.shared))
-                }
-            };
-            reply.encode(protocol, &mut self.write_buf);
+            if let Some((protocol, reply)) = self.resolve(slot, &mut answers) {
+                reply.encode(protocol, &mut self.write_buf);
+            }
         }
         after
+    }
+
+    /// Runs one request, or plans it: its slot, and the command it sends
+    /// the core if any. `in_exec`: the request is one of a transaction's,
+    /// run by `EXEC` (it was checked when queued, and may not block).
+    fn plan(
+        &mut self,
+        index: usize,
+        args: &[Bytes],
+        settings: &Settings,
+        in_exec: bool,
+        slots: &mut Vec<Slot>,
+        for_core: &mut Vec<CoreCommand>,
+    ) -> Flow {
+        let protocol = self.session.protocol;
+        if !in_exec && let Some(reply) = self.queue(args) {
+            slots.push(Slot::Ready(protocol, reply));
+            return Flow::Next;
+        }
+        if !self.session.authenticated && !allowed_before_auth(args) {
+            slots.push(Slot::Ready(protocol, Reply::error(NOAUTH)));
+            return Flow::Next;
+        }
+        let parsed = if in_exec {
+            command::parse(args)
+        } else {
+            command::parse_gated(args, |name| self.refused_while_subscribed(name))
+        };
+        // EXEC is shown after its commands, as in Redis.
+        let exec = matches!(parsed, Ok(Command::Exec));
+        if settings.monitored && parsed.is_ok() && !exec {
+            self.publish(args);
+        }
+        let command = match parsed {
+            Ok(command) => command,
+            Err(reply) => {
+                slots.push(Slot::Ready(protocol, reply));
+                return Flow::Next;
+            }
+        };
+        let (core_command, wording) = match command {
+            Command::Lease(op) | Command::AcquireBlocking { op, .. }
+                if let Some(refused) = settings.refused(&op) =>
+            {
+                slots.push(Slot::Ready(protocol, refused));
+                return Flow::Next;
+            }
+            Command::Lease(op) => (CoreCommand::Op(op), Wording::Plain),
+            Command::Keyspace { op, view } => (CoreCommand::Op(op), Wording::Key(view)),
+            Command::AcquireBlocking { op, timeout } => {
+                if in_exec {
+                    // As Redis runs a blocking command in a transaction:
+                    // it does not wait (a held run answers null at once).
+                    (CoreCommand::Op(op), Wording::Plain)
+                } else {
+                    let client_id = self.client.id;
+                    for_core.push(CoreCommand::AcquireBlocking {
+                        op,
+                        timeout,
+                        client_id,
+                    });
+                    slots.push(Slot::Core(protocol, index, Wording::Plain));
+                    return Flow::Blocked;
+                }
+            }
+            Command::Waiters(run_id) => (CoreCommand::Waiters(run_id), Wording::Plain),
+            Command::ClientUnblock { id, error } => (
+                CoreCommand::Unblock {
+                    client_id: id,
+                    error,
+                },
+                Wording::Plain,
+            ),
+            Command::Info(sections) => (CoreCommand::Report, Wording::Info(sections)),
+            Command::RewriteLog => (CoreCommand::RewriteLog, Wording::Plain),
+            Command::ConfigSet(pairs) => (CoreCommand::Configure(pairs), Wording::Plain),
+            Command::ConfigResetStat => (CoreCommand::ResetStats, Wording::Plain),
+            Command::Exec => {
+                let flow = self.exec(settings, slots, for_core);
+                if settings.monitored {
+                    self.publish(args);
+                }
+                return flow;
+            }
+            Command::Monitor if in_exec => {
+                slots.push(Slot::Ready(protocol, Reply::error(multi::MONITOR_IN_EXEC)));
+                return Flow::Next;
+            }
+            command => {
+                let mut stopwatch = Stopwatch::start(settings.slower_than);
+                let (reply, next) = self.apply(command);
+                if let Some(took) = stopwatch.as_mut().and_then(Stopwatch::lap) {
+                    self.log_slow(args, took);
+                }
+                if let Some(reply) = reply {
+                    // In the protocol HELLO may just have chosen.
+                    slots.push(Slot::Ready(self.session.protocol, reply));
+                }
+                return match next {
+                    After::Continue => Flow::Next,
+                    // Requests after QUIT or SHUTDOWN are not run.
+                    next => Flow::Stop(next),
+                };
+            }
+        };
+        for_core.push(core_command);
+        slots.push(Slot::Core(protocol, index, wording));
+        Flow::Next
+    }
+
+    /// Inside `MULTI`: queues the request, or refuses it, and answers;
+    /// `None` if it runs now (or there is no transaction).
+    fn queue(&mut self, args: &[Bytes]) -> Option<Reply> {
+        self.transaction.as_ref()?;
+        let checked = if !self.session.authenticated && !allowed_before_auth(args) {
+            Err(Reply::error(NOAUTH))
+        } else {
+            command::check(args).and_then(|name| match self.refused_while_subscribed(name) {
+                Some(refused) => Err(refused),
+                None => Ok(name),
+            })
+        };
+        self.transaction.as_mut()?.admit(args, checked)
+    }
+
+    /// `EXEC`: plans the queued requests in order into one slot, their
+    /// core commands going into this read's one batch, where the core
+    /// applies them back to back and logs them with one write.
+    fn exec(
+        &mut self,
+        settings: &Settings,
+        slots: &mut Vec<Slot>,
+        for_core: &mut Vec<CoreCommand>,
+    ) -> Flow {
+        let protocol = self.session.protocol;
+        let Some(transaction) = self.transaction.take() else {
+            let error = Reply::error(multi::EXEC_WITHOUT_MULTI);
+            slots.push(Slot::Ready(protocol, error));
+            return Flow::Next;
+        };
+        let queued = match transaction.into_queued() {
+            Ok(queued) => queued,
+            Err(execabort) => {
+                slots.push(Slot::Ready(protocol, execabort));
+                return Flow::Next;
+            }
+        };
+        let mut inner = Vec::with_capacity(queued.len());
+        let mut flow = Flow::Next;
+        for (index, args) in queued.iter().enumerate() {
+            // Every request runs, even after one that closes the client
+            // (its own CLIENT KILL): it closes after EXEC's reply.
+            if let Flow::Stop(after) = self.plan(index, args, settings, true, &mut inner, for_core)
+            {
+                flow = Flow::Stop(after);
+            }
+        }
+        slots.push(Slot::Exec(protocol, inner, queued));
+        flow
+    }
+
+    /// The reply of a slot, once the core has answered: `None` for a
+    /// blocked acquire, whose reply comes later.
+    fn resolve(
+        &mut self,
+        slot: Slot,
+        answers: &mut impl Iterator<Item = CoreAnswer>,
+    ) -> Option<(Protocol, Reply)> {
+        let (protocol, _, wording) = match slot {
+            Slot::Ready(protocol, reply) => return Some((protocol, reply)),
+            Slot::Exec(protocol, inner, _) => {
+                let replies = inner
+                    .into_iter()
+                    .filter_map(|slot| self.resolve(slot, answers))
+                    .map(|(_, reply)| match reply {
+                        // One element per queued command: SUBSCRIBE's
+                        // notices, one per name, become an array.
+                        Reply::Replies(replies) => Reply::Array(replies),
+                        reply => reply,
+                    })
+                    .collect();
+                return Some((protocol, Reply::Array(replies)));
+            }
+            Slot::Core(protocol, index, wording) => (protocol, index, wording),
+        };
+        let answer = answers.next().expect("one answer per command");
+        match answer {
+            CoreAnswer::Configured(Ok(())) => {
+                // Off the core: the connections waiting for their clients
+                // read the new settings.
+                self.shared.clients.reconfigured();
+            }
+            CoreAnswer::Blocked(outcome) => {
+                // The last slot: its reply comes later.
+                self.blocked = Some(Blocked { outcome, protocol });
+                self.client.meta().blocked = true;
+                return None;
+            }
+            _ => {}
+        }
+        Some((protocol, words::answer(answer, wording, &self.shared)))
     }
 
     /// Puts the core's slow commands in the slow log: `slow` holds their
     /// positions among the commands sent to the core.
     fn log_slow_core(&self, slots: &[Slot], requests: &[Vec<Bytes>], slow: &[(usize, Duration)]) {
+        if slow.is_empty() {
+            return;
+        }
+        let mut sent = Vec::new();
+        core_requests(slots, requests, &mut sent);
         for &(nth, took) in slow {
-            let index = slots
-                .iter()
-                .filter_map(|slot| match slot {
-                    Slot::Core(_, index, _) => Some(*index),
-                    Slot::Ready(..) => None,
-                })
-                .nth(nth)
-                .expect("one slot per core command");
-            self.log_slow(&requests[index], took);
+            self.log_slow(sent[nth], took);
         }
     }
 
@@ -211,7 +365,8 @@ where
             | Command::Info(_)
             | Command::RewriteLog
             | Command::ConfigSet(_)
-            | Command::ConfigResetStat => unreachable!("the core answers these"),
+            | Command::ConfigResetStat
+            | Command::Exec => unreachable!("the core answers these"),
             Command::Ping(message) if self.subscribed_pong(None).is_some() => {
                 self.subscribed_pong(message).expect("subscribed")
             }
@@ -252,7 +407,21 @@ where
                     .collect(),
             ),
             Command::PubsubNumpat => Reply::Int(self.shared.pubsub.pattern_count() as i64),
+            Command::Multi if self.transaction.is_some() => Reply::error(multi::NESTED),
+            Command::Multi => {
+                self.transaction = Some(Transaction::default());
+                Reply::OK
+            }
+            Command::Discard => match self.transaction.take() {
+                Some(_) => Reply::OK,
+                None => Reply::error(multi::DISCARD_WITHOUT_MULTI),
+            },
+            Command::Watch if self.transaction.is_some() => Reply::error(multi::WATCH_INSIDE_MULTI),
+            Command::Watch => Reply::error(multi::WATCH_UNSUPPORTED),
+            // Nothing is ever watched.
+            Command::Unwatch => Reply::OK,
             Command::Reset => {
+                self.transaction = None;
                 self.unsubscribe_all();
                 self.session.reset(&self.shared.config().requirepass);
                 self.monitor = None;
@@ -382,6 +551,18 @@ where
                 warn!("CONFIG REWRITE failed: {error}");
                 Reply::error(format!("ERR {error}"))
             }
+        }
+    }
+}
+
+/// The requests of the slots sent to the core, in the order sent: a
+/// transaction's are in its `EXEC` slot.
+fn core_requests<'a>(slots: &'a [Slot], requests: &'a [Vec<Bytes>], sent: &mut Vec<&'a [Bytes]>) {
+    for slot in slots {
+        match slot {
+            Slot::Ready(..) => {}
+            Slot::Core(_, index, _) => sent.push(&requests[*index]),
+            Slot::Exec(_, inner, queued) => core_requests(inner, queued, sent),
         }
     }
 }

@@ -14,9 +14,14 @@
 //! ends), and the requests the client pipelined after it run only then.
 //! Between requests the connection also passes on what it is fed: lease
 //! events for a subscriber (`pubsub`), commands for a monitor.
+//!
+//! Inside `MULTI` requests are queued (`multi`) until `EXEC`, whose lease
+//! commands join the batch of the read it came in, so the core runs them
+//! back to back and logs them with one write.
 
 mod handlers;
 mod keyspace;
+mod multi;
 mod pubsub;
 mod session;
 mod words;
@@ -44,6 +49,7 @@ use crate::pubsub::Message;
 use crate::reply::{Protocol, Reply};
 use crate::request::{Limits, RequestDecoder};
 use crate::state::{ClientEntry, Shared};
+use multi::Transaction;
 use pubsub::Subscriber;
 use session::Session;
 
@@ -82,6 +88,8 @@ pub struct Connection<S = TcpStream> {
     blocked: Option<Blocked>,
     /// Once it has subscribed: its subscriptions and their messages.
     subscriber: Option<Subscriber>,
+    /// Inside `MULTI`: the requests queued for `EXEC`.
+    transaction: Option<Transaction>,
 }
 
 /// A blocked acquire: where its outcome comes from, and the protocol its
@@ -139,6 +147,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             monitor: None,
             blocked: None,
             subscriber: None,
+            transaction: None,
         }
     }
 
@@ -412,6 +421,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         meta.protocol = Some(self.session.protocol);
         meta.last_active = self.client.connected.elapsed();
         meta.last_command = self.last_command;
+        meta.multi = self.transaction.as_ref().map(Transaction::len);
         meta.query_buf = self.read_buf.len();
         meta.query_buf_capacity = self.read_buf.capacity();
         meta.output_pending = self.write_buf.len();

@@ -11,6 +11,11 @@
 //! connections go on reading, and their batches queue up and make the next
 //! round larger.
 //!
+//! A batch is applied whole before the next one starts, and its changes go
+//! out in its round's one write: that is what makes a transaction
+//! (`MULTI` ... `EXEC`) atomic and durable together, as the connection
+//! sends a transaction's commands within one batch.
+//!
 //! Answers are data ([`CoreAnswer`]): the connection words them for its
 //! client, and INFO and the metrics endpoint render a [`CoreReport`], off
 //! this task.

@@ -53,6 +53,8 @@ pub struct ClientMeta {
     /// Channels and patterns subscribed to.
     pub channels: usize,
     pub patterns: usize,
+    /// Inside `MULTI`: how many commands are queued.
+    pub multi: Option<usize>,
     /// Time since `connected` of the last batch of requests.
     pub last_active: Duration,
     pub last_command: Option<CommandName>,
@@ -161,7 +163,7 @@ impl ClientEntry {
 
     /// One line of `CLIENT LIST` / `CLIENT INFO`, with every field of
     /// Redis 7's format: client libraries parse the numeric ones. Fields for
-    /// features leased does not have (shard channels, MULTI, redirection)
+    /// features leased does not have (shard channels, redirection)
     /// hold the values Redis shows when they are unused.
     pub fn describe(&self) -> String {
         let meta = self.meta();
@@ -179,7 +181,7 @@ impl ClientEntry {
         let total_memory = meta.query_buf_capacity + meta.output_capacity;
         format!(
             "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db=0 sub={} psub={} \
-             ssub=0 multi=-1 qbuf={} qbuf-free={} argv-mem=0 multi-mem=0 rbs={} rbp={} obl=0 \
+             ssub=0 multi={} qbuf={} qbuf-free={} argv-mem=0 multi-mem=0 rbs={} rbp={} obl=0 \
              oll=0 omem={} tot-mem={} events=r cmd={} user=default redir=-1 resp={} \
              lib-name={} lib-ver={}\n",
             self.id,
@@ -192,6 +194,7 @@ impl ClientEntry {
             flags(&meta),
             meta.channels,
             meta.patterns,
+            meta.multi.map_or(-1, |queued| queued as i64),
             meta.query_buf,
             meta.query_buf_capacity - meta.query_buf,
             meta.query_buf_capacity,
@@ -207,12 +210,13 @@ impl ClientEntry {
 }
 
 /// `CLIENT LIST`'s flags, in Redis's order: `O` monitor, `P` subscribed,
-/// `b` blocked; `N` for none.
+/// `x` inside `MULTI`, `b` blocked; `N` for none.
 fn flags(meta: &ClientMeta) -> String {
     let mut flags = String::new();
     for (set, flag) in [
         (meta.monitor, 'O'),
         (meta.channels + meta.patterns > 0, 'P'),
+        (meta.multi.is_some(), 'x'),
         (meta.blocked, 'b'),
     ] {
         if set {
