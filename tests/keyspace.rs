@@ -545,3 +545,26 @@ async fn keyspace_reads_run_in_a_transaction_and_a_write_aborts_one() {
         bulk_value("w")
     );
 }
+
+/// `COMMAND INFO` gives the keyspace reads Redis's key positions, so a
+/// cluster-aware client knows where their key is; lease commands have none.
+#[tokio::test(start_paused = true)]
+async fn command_info_names_where_the_key_is() {
+    let server = InProcess::start(&[]).await;
+    let mut con = server.client().await;
+    for (name, positions) in [
+        ("hget", [1, 1, 1]),
+        ("ttl", [1, 1, 1]),
+        ("exists", [1, -1, 1]),
+        ("hmget", [1, 1, 1]),
+        ("memory|usage", [2, 2, 1]),
+        ("object|encoding", [2, 2, 1]),
+        ("scan", [0, 0, 0]),
+        ("lease.acquire", [0, 0, 0]),
+    ] {
+        let info = array(con.run(&["COMMAND", "INFO", name]).await);
+        let entry = array(info[0].clone());
+        let got = [int(&entry[3]), int(&entry[4]), int(&entry[5])];
+        assert_eq!(got, positions, "{name}");
+    }
+}

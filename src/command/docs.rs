@@ -80,16 +80,18 @@ fn statuses(words: &'static [&'static str]) -> Reply {
 }
 
 /// `[name, arity, flags, first_key, last_key, step, acl_categories, tips,
-/// key_specs, subcommands]`. Leases are not keys, so no command has key
-/// positions. Redis sends the last three as sets in RESP3; so do we.
+/// key_specs, subcommands]`. Only the keyspace view's reads name keys (a
+/// run, as a hash); no key specs are given. Redis sends the last three as
+/// sets in RESP3; so do we.
 fn info_entry(parent: Option<&CommandSpec>, spec: &'static CommandSpec) -> Reply {
+    let (first, last, step) = key_positions(parent, spec);
     Reply::Array(vec![
         Reply::bulk(table::full_name(parent, spec)),
         Reply::Int(i64::from(spec.arity)),
         Reply::Set(spec.flags.names().map(Reply::Status).collect()),
-        Reply::Int(0),
-        Reply::Int(0),
-        Reply::Int(0),
+        Reply::Int(first),
+        Reply::Int(last),
+        Reply::Int(step),
         statuses(spec.acl_categories),
         Reply::Set(Vec::new()),
         Reply::Set(Vec::new()),
@@ -100,6 +102,27 @@ fn info_entry(parent: Option<&CommandSpec>, spec: &'static CommandSpec) -> Reply
                 .collect(),
         ),
     ])
+}
+
+/// Redis's legacy key positions, `(first_key, last_key, step)`, read off
+/// the arguments: the first key argument's word (the name, and a
+/// subcommand's word, come before it), to the last word when it repeats.
+/// None when no argument is a key, or one before it may be left out or
+/// repeat (the key's place would vary).
+fn key_positions(parent: Option<&CommandSpec>, spec: &CommandSpec) -> (i64, i64, i64) {
+    let Some(at) = spec.args.iter().position(|arg| arg.kind == ArgKind::Key) else {
+        return (0, 0, 0);
+    };
+    if spec.args[..at]
+        .iter()
+        .any(|arg| arg.optional || arg.multiple)
+    {
+        return (0, 0, 0);
+    }
+    let words_before = if parent.is_some() { 2 } else { 1 };
+    let first = (at + words_before) as i64;
+    let last = if spec.args[at].multiple { -1 } else { first };
+    (first, last, 1)
 }
 
 fn field(name: &'static str, value: Reply) -> (Reply, Reply) {
