@@ -43,6 +43,26 @@ impl Histogram {
         self.sum
     }
 
+    /// The upper bound of the bucket that holds the `percentile`th
+    /// observation (0 to 100), as HDR histograms report a value's bucket;
+    /// the last bound for one past them all, 0 with no observations.
+    pub fn percentile(&self, percentile: f64) -> f64 {
+        let count = self.count();
+        if count == 0 {
+            return 0.0;
+        }
+        let rank = ((percentile / 100.0 * count as f64).ceil() as u64).clamp(1, count);
+        let mut below = 0;
+        for (bucket, &n) in self.counts.iter().enumerate() {
+            below += n;
+            if below >= rank {
+                let last = self.bounds.len().saturating_sub(1);
+                return self.bounds.get(bucket.min(last)).copied().unwrap_or(0.0);
+            }
+        }
+        0.0
+    }
+
     /// Each bucket's upper bound (the last one infinite) and its own count,
     /// not cumulative: as prometheus-client's encoder takes them.
     pub fn buckets(&self) -> Vec<(f64, u64)> {
@@ -88,6 +108,12 @@ mod tests {
         );
         assert_eq!(histogram.count(), 5);
         assert_eq!(histogram.sum(), 4.25);
+        assert_eq!(histogram.percentile(0.0), 0.5);
+        assert_eq!(histogram.percentile(50.0), 1.0);
+        assert_eq!(histogram.percentile(80.0), 1.0);
+        // Past the last bound: the last bound.
+        assert_eq!(histogram.percentile(100.0), 1.0);
+        assert_eq!(Histogram::new(&[1.0]).percentile(50.0), 0.0);
         assert_eq!(
             histogram.info_value(),
             "le_0.5=2,le_1=4,le_inf=5,sum=4.25,count=5"

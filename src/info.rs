@@ -40,25 +40,32 @@ const SECTIONS: &[(&str, &str, Section)] = &[
     ("stats", "Stats", stats),
     ("replication", "Replication", replication),
     ("cpu", "CPU", cpu),
+    ("commandstats", "Commandstats", commandstats),
+    ("errorstats", "Errorstats", errorstats),
+    ("latencystats", "Latencystats", latencystats),
     ("cluster", "Cluster", cluster),
     ("keyspace", "Keyspace", keyspace),
     ("leases", "Leases", leases),
 ];
 
-/// Renders the requested sections: all of them for none, `all`, `default`
-/// or `everything` (leased has none of the sections Redis leaves out of
-/// `default`); names are case-insensitive and unknown ones ignored, as in
-/// Redis.
+/// The sections Redis leaves out of `default` (and of a bare `INFO`), and
+/// `all` and `everything` include.
+const NOT_DEFAULT: [&str; 2] = ["commandstats", "latencystats"];
+
+/// Renders the requested sections: for none or `default`, all but
+/// [`NOT_DEFAULT`]; for `all` or `everything`, all of them (leased has no
+/// modules, which is all that `everything` adds in Redis); names are
+/// case-insensitive and unknown ones ignored, as in Redis.
 pub fn render(requested: &[Bytes], shared: &Shared, report: &CoreReport) -> String {
     let context = Context { shared, report };
     let is = |name: &Bytes, word: &str| name.eq_ignore_ascii_case(word.as_bytes());
-    let everything = requested.is_empty()
-        || requested
-            .iter()
-            .any(|name| ["all", "default", "everything"].iter().any(|w| is(name, w)));
+    let asked = |word: &str| requested.iter().any(|name| is(name, word));
+    let all = asked("all") || asked("everything");
+    let default = requested.is_empty() || asked("default");
     let mut out = String::new();
     for (name, header, render) in SECTIONS {
-        if !everything && !requested.iter().any(|asked| is(asked, name)) {
+        let chosen = all || asked(name) || (default && !NOT_DEFAULT.contains(name));
+        if !chosen {
             continue;
         }
         if !out.is_empty() {
@@ -418,6 +425,42 @@ fn leases(out: &mut String, context: &Context) {
         line(out, &format!("{name}_failed"), failed);
     }
     health(out, report);
+}
+
+/// `cmdstat_<name>:calls=N,usec=N,usec_per_call=F,rejected_calls=N,failed_calls=N`
+/// for each command called or refused since the start or `CONFIG
+/// RESETSTAT`; a subcommand is `<command>|<subcommand>`.
+fn commandstats(out: &mut String, context: &Context) {
+    for (name, counts) in context.shared.calls.commands() {
+        line(out, &format!("cmdstat_{name}"), counts.info_value());
+    }
+}
+
+/// `errorstat_<PREFIX>:count=N` for each error reply's first word.
+fn errorstats(out: &mut String, context: &Context) {
+    for (prefix, count) in context.shared.calls.errors() {
+        // As Redis's getSafeInfoString: no field separators in a name.
+        let prefix: String = prefix
+            .chars()
+            .map(|c| if "#:\n\r".contains(c) { '_' } else { c })
+            .collect();
+        line(
+            out,
+            &format!("errorstat_{prefix}"),
+            format!("count={count}"),
+        );
+    }
+}
+
+/// `latency_percentiles_usec_<name>:p50=F,p99=F,p99.9=F` for each command
+/// that ran.
+fn latencystats(out: &mut String, context: &Context) {
+    for (name, counts) in context.shared.calls.commands() {
+        if counts.calls > 0 {
+            let name = format!("latency_percentiles_usec_{name}");
+            line(out, &name, counts.latency_value());
+        }
+    }
 }
 
 /// How heartbeats, tenures and waits fared, and events published.

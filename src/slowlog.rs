@@ -52,31 +52,36 @@ struct Entry {
 
 /// Times commands that run one after another, with one clock read per
 /// command (a read costs about 25 ns, a pipelined acquire 2 µs): each
-/// lap runs from the end of the one before.
+/// lap runs from the end of the one before. The same time goes to the
+/// slow log and to `INFO commandstats` and `latencystats`.
 pub struct Stopwatch {
-    /// From this long a command is slow.
-    threshold: Duration,
+    /// From this long a command is slow; `None` when the slow log is off.
+    threshold: Option<Duration>,
     last: Instant,
 }
 
 impl Stopwatch {
-    /// A running stopwatch for `slowlog-log-slower-than` microseconds, or
-    /// `None` when the slow log is off (below 0).
-    pub fn start(slower_than: i64) -> Option<Stopwatch> {
-        let threshold = u64::try_from(slower_than).ok()?;
-        Some(Stopwatch {
-            threshold: Duration::from_micros(threshold),
+    /// A running stopwatch, for `slowlog-log-slower-than` microseconds
+    /// (below 0: the slow log is off, but commands are still timed).
+    pub fn start(slower_than: i64) -> Stopwatch {
+        Stopwatch {
+            threshold: u64::try_from(slower_than).ok().map(Duration::from_micros),
             last: Instant::now(),
-        })
+        }
     }
 
-    /// The time since the last lap (or the start), if it makes the command
-    /// that just ran a slow one.
-    pub fn lap(&mut self) -> Option<Duration> {
+    /// The time since the last lap (or the start): what the command that
+    /// just ran took.
+    pub fn lap(&mut self) -> Duration {
         let now = Instant::now();
         let took = now - self.last;
         self.last = now;
-        (took >= self.threshold).then_some(took)
+        took
+    }
+
+    /// Whether a command that took `took` goes in the slow log.
+    pub fn is_slow(&self, took: Duration) -> bool {
+        self.threshold.is_some_and(|threshold| took >= threshold)
     }
 }
 

@@ -73,6 +73,53 @@ fn one_shot_commands() {
     assert_eq!(out, "1\n");
 }
 
+/// `redis-cli info commandstats` (and `errorstats`, `latencystats`) as a
+/// user reads them after a few commands: Redis 7's lines, one-shot
+/// redis-cli runs each counted.
+#[test]
+#[ignore = "needs redis-cli (Debian: apt-get install redis-tools); run with --include-ignored"]
+fn info_commandstats_errorstats_latencystats() {
+    let server = Server::start();
+    stdout(&redis_cli(&server, &["CONFIG", "RESETSTAT"]));
+    stdout(&redis_cli(&server, &["LEASE.ACQUIRE", "run-1", "worker-a"]));
+    stdout(&redis_cli(
+        &server,
+        &["LEASE.HEARTBEAT", "run-1:worker-a:1", "x"],
+    ));
+    stdout(&redis_cli(&server, &["NOSUCHCOMMAND"]));
+    let out = stdout(&redis_cli(&server, &["INFO", "commandstats"]));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "# Commandstats", "{out}");
+    let fields = |name: &str| -> Vec<String> {
+        let prefix = format!("cmdstat_{name}:calls=");
+        let line = lines.iter().find(|l| l.starts_with(&prefix));
+        let line = line.unwrap_or_else(|| panic!("no cmdstat_{name} in {out}"));
+        let counts = line.split(',').filter(|f| !f.starts_with("usec"));
+        counts.map(str::to_owned).collect()
+    };
+    let acquire = [
+        "cmdstat_lease.acquire:calls=1",
+        "rejected_calls=0",
+        "failed_calls=0",
+    ];
+    assert_eq!(fields("lease.acquire"), acquire);
+    let heartbeat = [
+        "cmdstat_lease.heartbeat:calls=1",
+        "rejected_calls=0",
+        "failed_calls=1",
+    ];
+    assert_eq!(fields("lease.heartbeat"), heartbeat);
+    assert!(!out.contains("nosuchcommand"), "{out}");
+    let out = stdout(&redis_cli(&server, &["INFO", "errorstats"]));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines, ["# Errorstats", "errorstat_ERR:count=2"]);
+    let out = stdout(&redis_cli(&server, &["INFO", "latencystats"]));
+    assert!(
+        out.contains("\nlatency_percentiles_usec_lease.acquire:p50="),
+        "{out}"
+    );
+}
+
 /// An interactive session in a pseudo-terminal: redis-cli fetches
 /// `COMMAND DOCS` at start (and aborts if the reply is malformed), then
 /// `help` shows what the server documented.

@@ -23,6 +23,7 @@ mod server;
 pub mod table;
 
 use std::borrow::Cow;
+use std::sync::OnceLock;
 
 use bytes::Bytes;
 
@@ -192,6 +193,13 @@ pub fn parse_gated(
     if let Some(refused) = gate(name) {
         return Err(refused);
     }
+    parse_checked(name, args)
+}
+
+/// The command's own parse step, once [`check`] has named it: an error
+/// here is the command's own (it ran and failed, for `INFO
+/// commandstats`).
+pub fn parse_checked(name: CommandName, args: &[Bytes]) -> Result<Command, Reply> {
     let mut rest = Args::new(args);
     let words = if name.parent.is_some() { 2 } else { 1 };
     for _ in 0..words {
@@ -204,28 +212,38 @@ pub fn parse_gated(
 /// too) and its arity is right: Redis's checks before it runs or queues a
 /// command; inside `MULTI` failing them aborts the transaction.
 pub fn check(args: &[Bytes]) -> Result<CommandName, Reply> {
+    check_named(args).map_err(|(_, reply)| reply)
+}
+
+/// [`check`], with the command a refusal is counted against in `INFO
+/// commandstats`: the one whose arity is wrong; none for an unknown
+/// command or subcommand (Redis counts those only in `errorstats`).
+pub fn check_named(args: &[Bytes]) -> Result<CommandName, (Option<CommandName>, Reply)> {
     let mut args = Args::new(args);
     let name = args
         .next()
         .expect("the decoder never yields an empty request");
     let Some(spec) = table::lookup(table::COMMANDS, &name) else {
-        return Err(
-            keyspace::refuse_write(&name).unwrap_or_else(|| unknown_command(&name, args.rest()))
-        );
+        let refused =
+            keyspace::refuse_write(&name).unwrap_or_else(|| unknown_command(&name, args.rest()));
+        return Err((None, refused));
     };
-    check_arity(spec, None, args.len() + 1)?;
+    let named = |parent, spec| Some(CommandName { parent, spec });
+    check_arity(spec, None, args.len() + 1).map_err(|reply| (named(None, spec), reply))?;
     // A container run bare (only `COMMAND` allows it) has its own parse step.
     let Some(sub_name) = spec.subcommands.first().and_then(|_| args.next()) else {
         return Ok(CommandName { parent: None, spec });
     };
     let Some(sub) = table::lookup(spec.subcommands, &sub_name) else {
-        return Err(Reply::error(format!(
+        let unknown = Reply::error(format!(
             "ERR unknown subcommand '{}'. Try {} HELP.",
             truncated(&sub_name),
             spec.name.to_ascii_uppercase()
-        )));
+        ));
+        return Err((None, unknown));
     };
-    check_arity(sub, Some(spec), args.len() + 2)?;
+    check_arity(sub, Some(spec), args.len() + 2)
+        .map_err(|reply| (named(Some(spec), sub), reply))?;
     Ok(CommandName {
         parent: Some(spec),
         spec: sub,
@@ -241,6 +259,23 @@ pub struct CommandName {
 }
 
 impl CommandName {
+    /// The command's place in [`table::COMMANDS`] counted with every
+    /// subcommand (a container first, then its subcommands): an index
+    /// below [`stat_count`], for the counters of `INFO commandstats`.
+    pub fn id(&self) -> usize {
+        let size = std::mem::size_of::<CommandSpec>();
+        let index = |table: &[CommandSpec], spec: &CommandSpec| {
+            (spec as *const CommandSpec as usize - table.as_ptr() as usize) / size
+        };
+        match self.parent {
+            None => stat_ids().first[index(table::COMMANDS, self.spec)],
+            Some(parent) => {
+                let container = stat_ids().first[index(table::COMMANDS, parent)];
+                container + 1 + index(parent.subcommands, self.spec)
+            }
+        }
+    }
+
     /// The command's flags, with its container's (`CLIENT`, `CONFIG`).
     pub fn flags(&self) -> Flags {
         self.spec.flags | self.parent.map_or(Flags::empty(), |parent| parent.flags)
@@ -293,6 +328,42 @@ impl std::fmt::Display for CommandName {
             None => f.write_str(self.spec.name),
         }
     }
+}
+
+/// The commands and subcommands, in the order of their ids.
+struct StatIds {
+    /// Each command's id, by its index in the table.
+    first: Vec<usize>,
+    /// Each id's full name, `client|list` for a subcommand.
+    names: Vec<String>,
+}
+
+fn stat_ids() -> &'static StatIds {
+    static IDS: OnceLock<StatIds> = OnceLock::new();
+    IDS.get_or_init(|| {
+        let mut ids = StatIds {
+            first: Vec::new(),
+            names: Vec::new(),
+        };
+        for spec in table::COMMANDS {
+            ids.first.push(ids.names.len());
+            ids.names.push(table::full_name(None, spec));
+            for sub in spec.subcommands {
+                ids.names.push(table::full_name(Some(spec), sub));
+            }
+        }
+        ids
+    })
+}
+
+/// How many ids there are: the commands with their subcommands.
+pub fn stat_count() -> usize {
+    stat_ids().names.len()
+}
+
+/// The full name of the command with id `id` (`client|list`).
+pub fn stat_name(id: usize) -> &'static str {
+    &stat_ids().names[id]
 }
 
 /// Which known command `args` names, if any.

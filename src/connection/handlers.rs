@@ -18,7 +18,7 @@ use super::session::NOAUTH;
 use super::words::{self, Wording};
 use super::{After, Blocked, Connection};
 use crate::command::{self, ClientFilter, Command, KillFilter, SlowlogCommand, docs};
-use crate::core::{Answer, CoreAnswer, CoreCommand};
+use crate::core::{Answer, CoreAnswer, CoreCommand, Refusal};
 use crate::registry::Op;
 use crate::reply::{Protocol, Reply};
 use crate::slowlog::Stopwatch;
@@ -27,11 +27,13 @@ use crate::slowlog::Stopwatch;
 enum Slot {
     Ready(Protocol, Reply),
     /// The core's next answer, to the request at this position, and how
-    /// to word it (for INFO, the sections to render its report in).
-    Core(Protocol, usize, Wording),
+    /// to word it (for INFO, the sections to render its report in); the
+    /// command's id, for `INFO commandstats`.
+    Core(Protocol, usize, Wording, usize),
     /// `EXEC`: the slots of the transaction's requests, which it holds
-    /// (the positions of their `Core` slots are in these).
-    Exec(Protocol, Vec<Slot>, Vec<Vec<Bytes>>),
+    /// (the positions of their `Core` slots are in these); EXEC's id and
+    /// the time it took outside the core.
+    Exec(Protocol, Vec<Slot>, Vec<Vec<Bytes>>, usize, Duration),
 }
 
 /// The settings every request of one read is run with, read once.
@@ -100,6 +102,8 @@ where
             }
         }
 
+        // Before the core runs a CONFIG RESETSTAT among them.
+        self.shared.calls.fold(&mut self.tally);
         let answer = if for_core.is_empty() {
             Answer::default()
         } else {
@@ -113,12 +117,13 @@ where
             requests.clear();
         }
 
-        let mut answers = answer.answers.into_iter();
+        let mut answers = answer.answers.into_iter().zip(answer.took);
         for slot in slots {
-            if let Some((protocol, reply)) = self.resolve(slot, &mut answers) {
+            if let Some((protocol, reply, _)) = self.resolve(slot, &mut answers) {
                 reply.encode(protocol, &mut self.write_buf);
             }
         }
+        self.shared.calls.fold(&mut self.tally);
         after
     }
 
@@ -140,14 +145,27 @@ where
             return Flow::Next;
         }
         if !self.session.authenticated && !allowed_before_auth(args) {
+            self.tally
+                .rejected(command::name_of(args).map(|name| name.id()));
+            self.tally.error(NOAUTH);
             slots.push(Slot::Ready(protocol, Reply::error(NOAUTH)));
             return Flow::Next;
         }
-        let parsed = if in_exec {
-            command::parse(args)
-        } else {
-            command::parse_gated(args, |name| self.refused_while_subscribed(name))
+        let checked = command::check_named(args).and_then(|name| {
+            match self.refused_while_subscribed(name).filter(|_| !in_exec) {
+                Some(refused) => Err((Some(name), refused)),
+                None => Ok(name),
+            }
+        });
+        let name = match checked {
+            Ok(name) => name,
+            Err((named, refused)) => {
+                self.refuse(named.map(|name| name.id()), refused, slots);
+                return Flow::Next;
+            }
         };
+        let id = name.id();
+        let parsed = command::parse_checked(name, args);
         // EXEC is shown after its commands, as in Redis.
         let exec = matches!(parsed, Ok(Command::Exec));
         if settings.monitored && parsed.is_ok() && !exec {
@@ -156,6 +174,9 @@ where
         let command = match parsed {
             Ok(command) => command,
             Err(reply) => {
+                // Its own argument checks refused it: it ran, and failed
+                // (untimed, in no time worth a clock read).
+                self.tally_reply(id, Duration::ZERO, &reply);
                 slots.push(Slot::Ready(protocol, reply));
                 return Flow::Next;
             }
@@ -164,6 +185,7 @@ where
             Command::Lease(op) | Command::AcquireBlocking { op, .. }
                 if let Some(refused) = settings.refused(&op) =>
             {
+                self.tally_reply(id, Duration::ZERO, &refused);
                 slots.push(Slot::Ready(protocol, refused));
                 return Flow::Next;
             }
@@ -181,7 +203,7 @@ where
                         timeout,
                         client_id,
                     });
-                    slots.push(Slot::Core(protocol, index, Wording::Plain));
+                    slots.push(Slot::Core(protocol, index, Wording::Plain, id));
                     return Flow::Blocked;
                 }
             }
@@ -198,21 +220,28 @@ where
             Command::ConfigSet(pairs) => (CoreCommand::Configure(pairs), Wording::Plain),
             Command::ConfigResetStat => (CoreCommand::ResetStats, Wording::Plain),
             Command::Exec => {
-                let flow = self.exec(settings, slots, for_core);
+                let flow = self.exec(id, settings, slots, for_core);
                 if settings.monitored {
                     self.publish(args);
                 }
                 return flow;
             }
             Command::Monitor if in_exec => {
-                slots.push(Slot::Ready(protocol, Reply::error(multi::MONITOR_IN_EXEC)));
+                let refused = Reply::error(multi::MONITOR_IN_EXEC);
+                self.tally_reply(id, Duration::ZERO, &refused);
+                slots.push(Slot::Ready(protocol, refused));
                 return Flow::Next;
             }
             command => {
                 let mut stopwatch = Stopwatch::start(settings.slower_than);
                 let (reply, next) = self.apply(command);
-                if let Some(took) = stopwatch.as_mut().and_then(Stopwatch::lap) {
+                let took = stopwatch.lap();
+                if stopwatch.is_slow(took) {
                     self.log_slow(args, took);
+                }
+                match &reply {
+                    Some(reply) => self.tally_reply(id, took, reply),
+                    None => self.tally.ran(id, took, false),
                 }
                 if let Some(reply) = reply {
                     // In the protocol HELLO may just have chosen.
@@ -226,8 +255,26 @@ where
             }
         };
         for_core.push(core_command);
-        slots.push(Slot::Core(protocol, index, wording));
+        slots.push(Slot::Core(protocol, index, wording, id));
         Flow::Next
+    }
+
+    /// A request refused before it ran: counted against the command
+    /// (`None`: an unknown one) and its error.
+    fn refuse(&mut self, id: Option<usize>, refused: Reply, slots: &mut Vec<Slot>) {
+        self.tally.rejected(id);
+        if let Reply::Error(message) = &refused {
+            self.tally.error(message);
+        }
+        slots.push(Slot::Ready(self.session.protocol, refused));
+    }
+
+    /// A command that ran for `took` and answered `reply`.
+    fn tally_reply(&mut self, id: usize, took: Duration, reply: &Reply) {
+        if let Reply::Error(message) = reply {
+            self.tally.error(message);
+        }
+        self.tally.ran(id, took, reply.is_error());
     }
 
     /// Inside `MULTI`: queues the request, or refuses it, and answers;
@@ -235,14 +282,25 @@ where
     fn queue(&mut self, args: &[Bytes]) -> Option<Reply> {
         self.transaction.as_ref()?;
         let checked = if !self.session.authenticated && !allowed_before_auth(args) {
-            Err(Reply::error(NOAUTH))
+            Err((command::name_of(args), Reply::error(NOAUTH)))
         } else {
-            command::check(args).and_then(|name| match self.refused_while_subscribed(name) {
-                Some(refused) => Err(refused),
+            command::check_named(args).and_then(|name| match self.refused_while_subscribed(name) {
+                Some(refused) => Err((Some(name), refused)),
                 None => Ok(name),
             })
         };
-        self.transaction.as_mut()?.admit(args, checked)
+        // A refusal while queuing counts against the command refused.
+        let named = match &checked {
+            Ok(name) => Some(*name),
+            Err((named, _)) => *named,
+        };
+        let checked = checked.map_err(|(_, refused)| refused);
+        let reply = self.transaction.as_mut()?.admit(args, checked)?;
+        if let Reply::Error(message) = &reply {
+            self.tally.rejected(named.map(|name| name.id()));
+            self.tally.error(message);
+        }
+        Some(reply)
     }
 
     /// `EXEC`: plans the queued requests in order into one slot, their
@@ -250,6 +308,7 @@ where
     /// applies them back to back and logs them with one write.
     fn exec(
         &mut self,
+        id: usize,
         settings: &Settings,
         slots: &mut Vec<Slot>,
         for_core: &mut Vec<CoreCommand>,
@@ -257,16 +316,20 @@ where
         let protocol = self.session.protocol;
         let Some(transaction) = self.transaction.take() else {
             let error = Reply::error(multi::EXEC_WITHOUT_MULTI);
+            self.tally_reply(id, Duration::ZERO, &error);
             slots.push(Slot::Ready(protocol, error));
             return Flow::Next;
         };
         let queued = match transaction.into_queued() {
             Ok(queued) => queued,
             Err(execabort) => {
+                // As in Redis, EXEC ran and failed.
+                self.tally_reply(id, Duration::ZERO, &execabort);
                 slots.push(Slot::Ready(protocol, execabort));
                 return Flow::Next;
             }
         };
+        let mut stopwatch = Stopwatch::start(settings.slower_than);
         let mut inner = Vec::with_capacity(queued.len());
         let mut flow = Flow::Next;
         for (index, args) in queued.iter().enumerate() {
@@ -277,35 +340,42 @@ where
                 flow = Flow::Stop(after);
             }
         }
-        slots.push(Slot::Exec(protocol, inner, queued));
+        let planned = stopwatch.lap();
+        slots.push(Slot::Exec(protocol, inner, queued, id, planned));
         flow
     }
 
     /// The reply of a slot, once the core has answered: `None` for a
     /// blocked acquire, whose reply comes later.
+    /// The time is what the core took to run it (zero for a reply made
+    /// here, which was counted when made).
     fn resolve(
         &mut self,
         slot: Slot,
-        answers: &mut impl Iterator<Item = CoreAnswer>,
-    ) -> Option<(Protocol, Reply)> {
-        let (protocol, _, wording) = match slot {
-            Slot::Ready(protocol, reply) => return Some((protocol, reply)),
-            Slot::Exec(protocol, inner, _) => {
-                let replies = inner
-                    .into_iter()
-                    .filter_map(|slot| self.resolve(slot, answers))
-                    .map(|(_, reply)| match reply {
-                        // One element per queued command: SUBSCRIBE's
-                        // notices, one per name, become an array.
-                        Reply::Replies(replies) => Reply::Array(replies),
-                        reply => reply,
-                    })
-                    .collect();
-                return Some((protocol, Reply::Array(replies)));
+        answers: &mut impl Iterator<Item = (CoreAnswer, Duration)>,
+    ) -> Option<(Protocol, Reply, Duration)> {
+        let (protocol, wording, id) = match slot {
+            Slot::Ready(protocol, reply) => return Some((protocol, reply, Duration::ZERO)),
+            Slot::Exec(protocol, inner, _, id, planned) => {
+                let mut took = planned;
+                let mut replies = Vec::with_capacity(inner.len());
+                for slot in inner {
+                    if let Some((_, reply, core_took)) = self.resolve(slot, answers) {
+                        took += core_took;
+                        replies.push(match reply {
+                            // One element per queued command: SUBSCRIBE's
+                            // notices, one per name, become an array.
+                            Reply::Replies(replies) => Reply::Array(replies),
+                            reply => reply,
+                        });
+                    }
+                }
+                self.tally.ran(id, took, false);
+                return Some((protocol, Reply::Array(replies), Duration::ZERO));
             }
-            Slot::Core(protocol, index, wording) => (protocol, index, wording),
+            Slot::Core(protocol, _, wording, id) => (protocol, wording, id),
         };
-        let answer = answers.next().expect("one answer per command");
+        let (answer, took) = answers.next().expect("one answer per command");
         match answer {
             CoreAnswer::Configured(Ok(())) => {
                 // Off the core: the connections waiting for their clients
@@ -313,14 +383,28 @@ where
                 self.shared.clients.reconfigured();
             }
             CoreAnswer::Blocked(outcome) => {
-                // The last slot: its reply comes later.
+                // The last slot: its reply comes later. Counted as a call
+                // now, for the time the core took to queue it.
+                self.tally.ran(id, took, false);
                 self.blocked = Some(Blocked { outcome, protocol });
                 self.client.meta().blocked = true;
                 return None;
             }
+            // Refused before it was applied, as Redis refuses a command
+            // for OOM.
+            CoreAnswer::Refused(Refusal::OutOfMemory) => {
+                let reply = words::answer(answer, wording, &self.shared);
+                if let Reply::Error(message) = &reply {
+                    self.tally.error(message);
+                }
+                self.tally.rejected(Some(id));
+                return Some((protocol, reply, took));
+            }
             _ => {}
         }
-        Some((protocol, words::answer(answer, wording, &self.shared)))
+        let reply = words::answer(answer, wording, &self.shared);
+        self.tally_reply(id, took, &reply);
+        Some((protocol, reply, took))
     }
 
     /// Puts the core's slow commands in the slow log: `slow` holds their
@@ -561,8 +645,8 @@ fn core_requests<'a>(slots: &'a [Slot], requests: &'a [Vec<Bytes>], sent: &mut V
     for slot in slots {
         match slot {
             Slot::Ready(..) => {}
-            Slot::Core(_, index, _) => sent.push(&requests[*index]),
-            Slot::Exec(_, inner, queued) => core_requests(inner, queued, sent),
+            Slot::Core(_, index, ..) => sent.push(&requests[*index]),
+            Slot::Exec(_, inner, queued, ..) => core_requests(inner, queued, sent),
         }
     }
 }

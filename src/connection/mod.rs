@@ -48,7 +48,7 @@ use crate::monitor::MonitorFeed;
 use crate::pubsub::Message;
 use crate::reply::{Protocol, Reply};
 use crate::request::{Limits, RequestDecoder};
-use crate::state::{ClientEntry, Shared};
+use crate::state::{ClientEntry, Shared, Tally};
 use multi::Transaction;
 use pubsub::Subscriber;
 use session::Session;
@@ -90,6 +90,10 @@ pub struct Connection<S = TcpStream> {
     subscriber: Option<Subscriber>,
     /// Inside `MULTI`: the requests queued for `EXEC`.
     transaction: Option<Transaction>,
+    /// The outcomes of the requests being run, for `INFO commandstats`,
+    /// `errorstats` and `latencystats`: folded into the shared counters
+    /// once per batch.
+    tally: Tally,
 }
 
 /// A blocked acquire: where its outcome comes from, and the protocol its
@@ -148,6 +152,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             blocked: None,
             subscriber: None,
             transaction: None,
+            tally: Tally::default(),
         }
     }
 
@@ -214,6 +219,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             if after == After::Continue
                 && let Err(error) = decoded
             {
+                self.tally.error(&error.message());
+                self.shared.calls.fold(&mut self.tally);
                 Reply::error(error.message()).encode(protocol, &mut self.write_buf);
                 after = After::Close;
             }

@@ -93,6 +93,7 @@ impl Core {
                 self.stats = CommandStats::default();
                 self.registry.reset_health();
                 self.shared.stats.reset();
+                self.shared.calls.reset();
                 CoreAnswer::Reset
             }
             CoreCommand::Waiters(run_id) => CoreAnswer::Workers(self.waiters.workers(&run_id)),

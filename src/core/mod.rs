@@ -143,6 +143,9 @@ pub enum Refusal {
 pub struct Answer {
     /// One answer per command, in order.
     pub answers: Vec<CoreAnswer>,
+    /// How long each command took to run, in order: for `INFO
+    /// commandstats` and `latencystats`.
+    pub took: Vec<Duration>,
     /// The commands (by position in the batch) that ran at least
     /// `slowlog-log-slower-than`, and how long they took: the connection,
     /// which has their arguments, puts them in the slow log.
@@ -175,6 +178,7 @@ impl CoreHandle {
         let stopped = || CoreAnswer::Refused(Refusal::ShuttingDown);
         Answer {
             answers: std::iter::repeat_with(stopped).take(count).collect(),
+            took: vec![Duration::ZERO; count],
             slow: Vec::new(),
         }
     }

@@ -215,6 +215,7 @@ impl Core {
         for batch in batches.drain(..) {
             let mut answer = Answer {
                 answers: Vec::with_capacity(batch.commands.len()),
+                took: Vec::with_capacity(batch.commands.len()),
                 slow: Vec::new(),
             };
             // Answers of commands that changed leases: they are only true
@@ -231,9 +232,11 @@ impl Core {
                     other => self.execute(other),
                 };
                 self.publish();
-                if let Some(took) = stopwatch.as_mut().and_then(Stopwatch::lap) {
+                let took = stopwatch.lap();
+                if stopwatch.is_slow(took) {
                     answer.slow.push((answer.answers.len(), took));
                 }
+                answer.took.push(took);
                 if self.log_changes() {
                     changed.push(answer.answers.len());
                 }

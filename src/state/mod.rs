@@ -6,6 +6,7 @@
 //! or metrics), so those can all depend on it without depending on each
 //! other.
 
+mod calls;
 mod clients;
 mod clock;
 mod stats;
@@ -22,6 +23,7 @@ use crate::monitor::Monitors;
 use crate::pubsub::PubSub;
 use crate::slowlog::SlowLog;
 
+pub use calls::{CallStats, Counts, Tally};
 pub use clients::{ClientEntry, ClientMeta, ClientTable};
 pub use clock::Clock;
 pub use stats::{Instantaneous, Metered, SAMPLE_INTERVAL, Stats, run_sampler};
@@ -38,6 +40,8 @@ pub struct Shared {
     pub started: Instant,
     pub clients: ClientTable,
     pub stats: Stats,
+    /// `INFO commandstats`, `errorstats` and `latencystats`.
+    pub calls: CallStats,
     /// The connections in `MONITOR` mode, and the feed of commands to them.
     pub monitors: Monitors,
     /// Subscriptions to lease events.
@@ -63,6 +67,7 @@ impl Shared {
             started: Instant::now(),
             clients: ClientTable::default(),
             stats: Stats::new(),
+            calls: CallStats::default(),
             monitors: Monitors::default(),
             pubsub: PubSub::default(),
             slowlog: SlowLog::default(),
