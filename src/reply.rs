@@ -13,7 +13,7 @@ use bytes::{Bytes, BytesMut};
 use redis_protocol::resp2::types::BytesFrame as Resp2Frame;
 use redis_protocol::resp3::types::{BytesFrame as Resp3Frame, VerbatimStringFormat};
 
-use crate::registry::Lease;
+use crate::registry::{Lease, RunData};
 
 /// The protocol a connection speaks; `HELLO` switches it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,6 +122,19 @@ impl Reply {
             fields.push((Reply::text("expired"), Reply::Int(i64::from(expired))));
         }
         Reply::Map(fields)
+    }
+
+    /// `LEASE.GETDATA`'s map: `value`, `fencing_token` (of the lease that
+    /// wrote it), `written_at`.
+    pub fn run_data(data: &RunData) -> Reply {
+        Reply::Map(vec![
+            (Reply::text("value"), Reply::Bulk(data.value.clone())),
+            (
+                Reply::text("fencing_token"),
+                Reply::Int(data.fencing_token as i64),
+            ),
+            (Reply::text("written_at"), Reply::Double(data.written_at)),
+        ])
     }
 
     /// Appends the encoding of this reply for `protocol` to `out`.

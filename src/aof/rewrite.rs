@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::time::Instant;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 
 use super::format;
 use crate::registry::Registry;
@@ -43,8 +43,11 @@ pub(super) struct Rewrite {
     pub(super) chunks: Option<SyncSender<BytesMut>>,
     /// The writer's answer: the finished, fsynced file.
     pub(super) written: Receiver<io::Result<File>>,
-    /// The next registry slot to encode, until the snapshot is complete.
+    /// The next registry slot to encode, until the leases are out.
     pub(super) cursor: Option<usize>,
+    /// Then the run data: `Some(None)` from the first run, `Some(Some(run))`
+    /// after `run`, `None` once it is out.
+    pub(super) data_cursor: Option<Option<Bytes>>,
     /// Everything committed since the rewrite began.
     pub(super) since_start: BytesMut,
     pub(super) started: Instant,
@@ -71,6 +74,7 @@ impl Rewrite {
             chunks: Some(chunks),
             written,
             cursor: Some(0),
+            data_cursor: Some(None),
             since_start: BytesMut::new(),
             started: Instant::now(),
             held: None,
@@ -92,6 +96,18 @@ impl Rewrite {
                 });
                 out
             }
+            // The leases are out; then the run data, a chunk of runs at a
+            // time, in run order.
+            (None, None) if self.data_cursor.is_some() => {
+                let mut out = BytesMut::new();
+                let after = self.data_cursor.take().flatten();
+                self.data_cursor = registry
+                    .snapshot_data(after.as_deref(), REWRITE_CHUNK, |data| {
+                        format::encode_data(&data, &mut out)
+                    })
+                    .map(Some);
+                out
+            }
             // The snapshot is out; the writer also takes the changes made
             // since it began, so that few are left for the core to write
             // when it installs the file.
@@ -108,9 +124,14 @@ impl Rewrite {
             }
             Err(TrySendError::Disconnected(_)) => {
                 self.cursor = None;
+                self.data_cursor = None;
             }
         }
-        if self.cursor.is_none() && self.held.is_none() && self.since_start.len() <= CATCH_UP {
+        if self.cursor.is_none()
+            && self.data_cursor.is_none()
+            && self.held.is_none()
+            && self.since_start.len() <= CATCH_UP
+        {
             // The snapshot is complete: closing the channel tells the writer.
             self.chunks = None;
         }

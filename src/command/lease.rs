@@ -134,6 +134,34 @@ pub fn parse_get(args: &mut Args) -> Result<Command, Reply> {
     Ok(Command::Lease(Op::Get { run_id, now }))
 }
 
+/// `LEASE.SETDATA lease_id token value [now]`
+pub fn parse_setdata(args: &mut Args) -> Result<Command, Reply> {
+    let lease_id = args.required();
+    let token = token_arg(&args.required())?;
+    let value = args.required();
+    let now = optional_now(args, "lease.setdata")?;
+    Ok(Command::Lease(Op::SetData {
+        lease_id,
+        token,
+        value,
+        now,
+    }))
+}
+
+/// `LEASE.GETDATA run`
+pub fn parse_getdata(args: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Lease(Op::GetData {
+        run_id: args.required(),
+    }))
+}
+
+/// `LEASE.DELDATA lease_id token`
+pub fn parse_deldata(args: &mut Args) -> Result<Command, Reply> {
+    let lease_id = args.required();
+    let token = token_arg(&args.required())?;
+    Ok(Command::Lease(Op::DelData { lease_id, token }))
+}
+
 /// `LEASE.WAITERS run`
 pub fn parse_waiters(args: &mut Args) -> Result<Command, Reply> {
     Ok(Command::Waiters(args.required()))

@@ -396,6 +396,51 @@ pub static COMMANDS: &[CommandSpec] = &[
         )
     },
     CommandSpec {
+        flags: LEASE_WRITE,
+        acl_categories: LEASE_ACL,
+        complexity: "O(N) where N is the length of the value",
+        args: &[
+            arg("lease_id", ArgKind::String),
+            arg("token", ArgKind::Integer),
+            arg("value", ArgKind::String),
+            NOW,
+        ],
+        ..command(
+            "lease.setdata",
+            -4,
+            "lease",
+            "Store a run's data (its checkpoint), fenced by a current, unexpired lease of the run",
+            parse_setdata,
+        )
+    },
+    CommandSpec {
+        flags: Flags::READONLY.union(Flags::FAST),
+        acl_categories: &["@keyspace", "@read", "@fast"],
+        args: &[arg("run", ArgKind::String)],
+        ..command(
+            "lease.getdata",
+            2,
+            "lease",
+            "Return a run's data, the fencing token that wrote it and when",
+            parse_getdata,
+        )
+    },
+    CommandSpec {
+        flags: LEASE_WRITE,
+        acl_categories: LEASE_ACL,
+        args: &[
+            arg("lease_id", ArgKind::String),
+            arg("token", ArgKind::Integer),
+        ],
+        ..command(
+            "lease.deldata",
+            3,
+            "lease",
+            "Remove a run's data, fenced by a current, unexpired lease of the run",
+            parse_deldata,
+        )
+    },
+    CommandSpec {
         flags: Flags::READONLY.union(Flags::FAST),
         acl_categories: &["@keyspace", "@read", "@fast"],
         complexity: "O(N) where N is the number of clients waiting for the run",

@@ -457,6 +457,16 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         show: |c| c.lease_max_id_len.to_string(),
     },
     Directive {
+        name: "lease-max-data-len",
+        default: &["64kb"],
+        value_name: "SIZE",
+        help: "The longest run data (a checkpoint) LEASE.SETDATA accepts (e.g. 64kb, 1mb)",
+        syntax: Syntax::Size,
+        flags: MUTABLE,
+        set: set_lease_max_data_len,
+        show: |c| c.lease_max_data_len.to_string(),
+    },
+    Directive {
         name: "tls-port",
         default: &["0"],
         value_name: "PORT",
@@ -712,6 +722,15 @@ fn set_lease_max_id_len(config: &mut Config, args: &[String]) -> Result<(), Refu
     Ok(())
 }
 
+fn set_lease_max_data_len(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
+    let bytes: u64 = expect(
+        parse_memory(&args[0]),
+        "bytes, or a size such as 64kb or 1mb",
+    )?;
+    config.lease_max_data_len = usize::try_from(bytes).unwrap_or(usize::MAX);
+    Ok(())
+}
+
 fn set_io_threads(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
     config.io_threads = expect(integer_in(&args[0], 1..=128), "an integer from 1 to 128")?;
     Ok(())
@@ -952,6 +971,7 @@ impl Default for Config {
                 pubsub: NO_OUTPUT_LIMIT,
             },
             lease_max_id_len: 0,
+            lease_max_data_len: 0,
             tls_port: 0,
             tls_cert_file: None,
             tls_key_file: None,

@@ -114,6 +114,8 @@ pub struct Config {
     pub client_output_buffer_limit: OutputLimits,
     /// The longest run or worker id a lease command accepts.
     pub lease_max_id_len: usize,
+    /// The longest run data `LEASE.SETDATA` accepts, in bytes.
+    pub lease_max_data_len: usize,
     /// TLS port on every `bind` address; 0: no TLS listener.
     pub tls_port: u16,
     /// The server's certificate chain and private key (PEM), needed with

@@ -663,6 +663,7 @@ fn config_get_all_in_table_order() {
             "normal 536870912 134217728 60 pubsub 33554432 8388608 60",
         ),
         ("lease-max-id-len", "1024"),
+        ("lease-max-data-len", "65536"),
         ("tls-port", "0"),
         ("tls-cert-file", ""),
         ("tls-key-file", ""),
@@ -693,7 +694,8 @@ fn config_get_patterns() {
             "lease-max-skew",
             "lease-lock-delay",
             "lease-max-lock-delay",
-            "lease-max-id-len"
+            "lease-max-id-len",
+            "lease-max-data-len"
         ]
     );
     assert_eq!(names(&config, "appendonly"), ["appendonly"]);
@@ -1014,6 +1016,7 @@ fn mutable_directives_are_the_runtime_ones() {
             "client-query-buffer-limit",
             "client-output-buffer-limit",
             "lease-max-id-len",
+            "lease-max-data-len",
         ]
     );
     assert!(is_sensitive(b"requirepass"));

@@ -41,13 +41,14 @@ struct Settings {
     monitored: bool,
     max_id_len: usize,
     max_lock_delay: f64,
+    max_data_len: usize,
     slower_than: i64,
 }
 
 impl Settings {
     /// Why a lease command is refused before it reaches the core.
     fn refused(&self, op: &Op) -> Option<Reply> {
-        words::refused_op(op, self.max_id_len, self.max_lock_delay)
+        words::refused_op(op, self.max_id_len, self.max_lock_delay, self.max_data_len)
     }
 }
 
@@ -78,6 +79,7 @@ where
             monitored: self.shared.monitors.active(),
             max_id_len: config.lease_max_id_len,
             max_lock_delay: config.lease_max_lock_delay,
+            max_data_len: config.lease_max_data_len,
             slower_than: config.slowlog_log_slower_than,
         };
         drop(config);

@@ -71,12 +71,20 @@ pub fn granted(outcome: Option<Granted>) -> Reply {
 
 /// Why a lease command is refused before it reaches the core: an id
 /// longer than `lease-max-id-len`, a lock delay above
-/// `lease-max-lock-delay`.
-pub fn refused_op(op: &Op, max_id_len: usize, max_lock_delay: f64) -> Option<Reply> {
+/// `lease-max-lock-delay`, run data longer than `lease-max-data-len`.
+pub fn refused_op(
+    op: &Op,
+    max_id_len: usize,
+    max_lock_delay: f64,
+    max_data_len: usize,
+) -> Option<Reply> {
     if let Some(kind) = op.oversized_id(max_id_len) {
         return Some(id_too_long(kind, max_id_len));
     }
     match op {
+        Op::SetData { value, .. } if value.len() > max_data_len => Some(Reply::error(format!(
+            "ERR value is longer than {max_data_len} bytes (lease-max-data-len)"
+        ))),
         Op::Acquire {
             lock_delay: Some(delay),
             ..
@@ -101,6 +109,7 @@ pub(super) fn outcome_reply(outcome: Outcome) -> Reply {
         Outcome::TokensExhausted => {
             Reply::error("ERR every fencing token up to 2^63-1 has been issued")
         }
+        Outcome::Data(data) => data.map_or(Reply::Null, |data| Reply::run_data(&data)),
         Outcome::Inspected(_) | Outcome::Run(_) => {
             unreachable!("only the keyspace view inspects")
         }

@@ -4,6 +4,7 @@
 use bytes::Bytes;
 
 use super::Registry;
+use super::data::DataRecord;
 use super::table::NewLease;
 
 /// A change to the registry's state, as the append-only log records it.
@@ -33,6 +34,20 @@ pub enum Change {
     /// The lease with this token, if there is one, has this lock delay
     /// (recorded after its `Put`, only when it is not 0).
     LockDelay { fencing_token: u64, lock_delay: f64 },
+    /// The run's data is this, written by the lease with this token at
+    /// `written_at`; the run has a lease (it is no orphan).
+    SetData {
+        run_id: Bytes,
+        value: Bytes,
+        fencing_token: u64,
+        written_at: f64,
+    },
+    /// The run has no data.
+    DelData { run_id: Bytes },
+    /// The run's data, if it has any, was orphaned at `at`: its run's last
+    /// lease was released then. Logged because the data's due time counts
+    /// from it and a release does not move registry time.
+    Orphan { run_id: Bytes, at: f64 },
 }
 
 /// A lease as a snapshot reads it, borrowed from the registry: written to
@@ -67,6 +82,25 @@ impl LeaseRecord<'_> {
     }
 }
 
+impl DataRecord<'_> {
+    /// The changes that recreate this run's data: its `SetData`, and its
+    /// `Orphan` when its run has no lease.
+    pub fn to_changes(&self) -> impl Iterator<Item = Change> + use<> {
+        let run_id = Bytes::copy_from_slice(self.run_id);
+        let orphan = self.orphaned_at.map(|at| Change::Orphan {
+            run_id: run_id.clone(),
+            at,
+        });
+        let set = Change::SetData {
+            run_id,
+            value: Bytes::copy_from_slice(self.value),
+            fencing_token: self.fencing_token,
+            written_at: self.written_at,
+        };
+        std::iter::once(set).chain(orphan)
+    }
+}
+
 impl Registry {
     /// Applies a change read back from the log. Changes set state outright,
     /// so applying one whose effect is already present changes nothing.
@@ -81,6 +115,8 @@ impl Registry {
                 ttl,
             } => {
                 self.last_token = self.last_token.max(fencing_token);
+                // The run has a lease again: its data is no orphan.
+                self.data.adopt(&run_id);
                 if let Some(slot) = self.leases.find_token(fencing_token) {
                     // Only a replayed log can put a token twice; the newer wins.
                     self.leases.remove(slot);
@@ -121,6 +157,9 @@ impl Registry {
                 if let Some(slot) = self.leases.find_token(fencing_token) {
                     self.leases.set_lock_delay(slot, lock_delay);
                 }
+            }
+            change @ (Change::SetData { .. } | Change::DelData { .. } | Change::Orphan { .. }) => {
+                self.replay_data(change)
             }
         }
     }

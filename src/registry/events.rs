@@ -21,6 +21,8 @@ pub enum EventKind {
     Released,
     Expired,
     Reclaimed,
+    /// Run data written (`LEASE.SETDATA`) by the lease.
+    Data,
 }
 
 impl EventKind {
@@ -31,6 +33,7 @@ impl EventKind {
             EventKind::Released => "released",
             EventKind::Expired => "expired",
             EventKind::Reclaimed => "reclaimed",
+            EventKind::Data => "data",
         }
     }
 }

@@ -31,6 +31,7 @@
 
 mod arena;
 mod change;
+mod data;
 mod events;
 mod health;
 mod index;
@@ -38,6 +39,7 @@ mod op;
 mod table;
 
 pub use change::{Change, LeaseRecord};
+pub use data::{DataRecord, RunData};
 pub use events::{Event, EventKind};
 pub use health::{Health, Refused, SLACK_BOUNDS, TenureEnd};
 pub use index::Retired;
@@ -98,6 +100,8 @@ pub const MAX_TOKEN: u64 = i64::MAX as u64;
 #[derive(Debug)]
 pub struct Registry {
     leases: LeaseTable,
+    /// Run data: a checkpoint per run, with its own lifetime (see `data`).
+    data: data::DataStore,
     /// The last fencing token issued (0 before the first).
     last_token: u64,
     /// Registry time: the latest `now` seen. Starts below every finite time.
@@ -128,6 +132,7 @@ impl Registry {
     pub fn new(default_ttl: f64, last_token: u64) -> Registry {
         Registry {
             leases: LeaseTable::default(),
+            data: data::DataStore::default(),
             last_token,
             time: f64::NEG_INFINITY,
             default_ttl,
@@ -274,6 +279,15 @@ impl Registry {
             return Ok(None);
         }
         let fencing_token = self.next_token()?;
+        // The run's data stays with the run, unless its last lease or the
+        // release of it is past retention: then it went with the lease.
+        match previous {
+            Some(slot) if self.past_retention(slot) => {
+                self.drop_data(run_id);
+            }
+            Some(_) => {}
+            None => self.adopt_data(run_id),
+        }
         if let Some(slot) = previous {
             self.health.end(TenureEnd::Expired);
             self.emit_if_expired(slot, now);
@@ -427,8 +441,11 @@ impl Registry {
         });
         self.emit_if_expired(slot, clock.max(self.time));
         self.emit(EventKind::Released, slot);
+        let run_id = Bytes::copy_from_slice(self.leases.get(slot).run_id());
         self.leases.remove(slot);
         self.record(|| Change::Remove { fencing_token });
+        // The run's data stays until `retention` after the release.
+        self.orphan_data(&run_id, clock.max(self.time));
         true
     }
 
@@ -478,10 +495,12 @@ impl Registry {
         self.leases
             .earliest()
             .is_some_and(|(second, _)| self.second_due(second))
+            || self.orphan_due()
     }
 
     /// Removes up to `max` leases whose retention has run out, earliest
-    /// first, each a logged change; returns how many.
+    /// first, each a logged change, then, in what is left of `max`, run
+    /// data orphaned `retention` ago; returns how many of both.
     pub fn reclaim(&mut self, max: usize) -> usize {
         let mut done = 0;
         while done < max {
@@ -495,6 +514,9 @@ impl Registry {
                 break;
             }
             self.reclaim_slot(slot);
+            done += 1;
+        }
+        while done < max && self.sweep_orphan() {
             done += 1;
         }
         done
@@ -514,8 +536,11 @@ impl Registry {
         self.health.end(TenureEnd::Expired);
         self.emit_if_expired(slot, self.time);
         self.emit(EventKind::Reclaimed, slot);
+        let run_id = Bytes::copy_from_slice(self.leases.get(slot).run_id());
         self.leases.remove(slot);
         self.record(|| Change::Remove { fencing_token });
+        // An expired lease takes its run's data with it.
+        self.drop_data(&run_id);
     }
 
     /// The run's lease, unless its retention has run out: such a lease is

@@ -6,7 +6,9 @@
 
 use bytes::Bytes;
 
-use super::{Lease, MAX_TOKEN, Op, Outcome, Registry};
+use std::collections::BTreeMap;
+
+use super::{Lease, MAX_TOKEN, Op, Outcome, Registry, RunData};
 
 #[derive(Clone, Debug)]
 pub struct ModelLease {
@@ -57,6 +59,9 @@ pub struct Model {
     pub retention: f64,
     /// Heartbeats refused: expired, taken over, unknown.
     pub refused: [u64; 3],
+    /// Run data by run, and when the run's last lease was released while
+    /// it has none.
+    pub data: BTreeMap<Vec<u8>, (RunData, Option<f64>)>,
 }
 
 impl Model {
@@ -69,6 +74,7 @@ impl Model {
             default_lock_delay: 0.0,
             retention: f64::INFINITY,
             refused: [0; 3],
+            data: BTreeMap::new(),
         }
     }
 
@@ -76,17 +82,33 @@ impl Model {
         self.issued.iter().filter(|l| l.current).count()
     }
 
-    /// Moves time on; a lease whose retention has run out is gone.
+    /// Moves time on; a lease whose retention has run out is gone, and
+    /// its run's data with it; data released `retention` ago is gone.
     pub fn see(&mut self, now: f64) -> f64 {
         self.time = self.time.max(now);
         let time = self.time;
         let retention = self.retention;
         for lease in &mut self.issued {
-            if lease.expires_at + retention <= time {
+            if lease.current && lease.expires_at + retention <= time {
                 lease.current = false;
+                self.data.remove(&lease.run);
             }
         }
+        self.data
+            .retain(|_, (_, released)| released.is_none_or(|released| released + retention > time));
         self.time
+    }
+
+    /// The run's data as a read at `at` sees it.
+    fn data_at(&self, run: &[u8], at: f64) -> Option<RunData> {
+        let (data, released) = self.data.get(run)?;
+        let gone = match released {
+            Some(released) => released + self.retention <= at,
+            None => self
+                .current_of(run)
+                .is_none_or(|i| self.issued[i].expires_at + self.retention <= at),
+        };
+        (!gone).then(|| data.clone())
     }
 
     /// The time a read evaluates at: an explicit `now` is seen as any
@@ -189,10 +211,45 @@ impl Model {
             Op::Release { lease_id, token } => match self.named(lease_id, *token) {
                 Some(i) => {
                     self.issued[i].current = false;
+                    let released_at = clock.max(self.time);
+                    if let Some((_, released)) = self.data.get_mut(&self.issued[i].run) {
+                        *released = Some(released_at);
+                    }
                     Outcome::Flag(true)
                 }
                 _ => Outcome::Flag(false),
             },
+            Op::SetData {
+                lease_id,
+                token,
+                value,
+                now,
+            } => {
+                let t = self.see(now.unwrap_or(clock));
+                match self.named(lease_id, *token) {
+                    Some(i) if self.issued[i].expires_at > t => {
+                        let data = RunData {
+                            value: value.clone(),
+                            fencing_token: *token,
+                            written_at: t,
+                        };
+                        self.data.insert(self.issued[i].run.clone(), (data, None));
+                        Outcome::Flag(true)
+                    }
+                    _ => Outcome::Flag(false),
+                }
+            }
+            Op::GetData { run_id } => Outcome::Data(self.data_at(run_id, clock.max(self.time))),
+            Op::DelData { lease_id, token } => {
+                let at = clock.max(self.time);
+                match self.named(lease_id, *token) {
+                    Some(i) if self.issued[i].expires_at > at => {
+                        let run = self.issued[i].run.clone();
+                        Outcome::Flag(self.data.remove(&run).is_some())
+                    }
+                    _ => Outcome::Flag(false),
+                }
+            }
             Op::Get { run_id, now } => {
                 let t = self.read_at(*now, clock);
                 Outcome::Got(self.current_of(run_id).map(|i| {
@@ -233,6 +290,10 @@ impl Model {
         self.last_token += 1;
         if let Some(i) = previous {
             self.issued[i].current = false;
+        }
+        // The run's data, if it is still there, is the new lease's.
+        if let Some((_, released)) = self.data.get_mut(run) {
+            *released = None;
         }
         let ttl = ttl.unwrap_or(self.default_ttl);
         let new = ModelLease {
@@ -353,11 +414,21 @@ pub fn step_both(
     Ok(())
 }
 
-/// At the end: every run of [`RUNS`] has the same lease in both, read at
-/// registry time without moving it.
+/// At the end: every run of [`RUNS`] has the same lease and data in both,
+/// read at registry time without moving it.
 pub fn check_runs(registry: &mut Registry, model: &mut Model) -> Result<(), String> {
     let clock = model.time;
     for run in RUNS {
+        let get = Op::GetData {
+            run_id: Bytes::from_static(run),
+        };
+        let want = model.apply(&get, clock);
+        let got = registry.apply(&get, clock);
+        if Some(&got) != want.as_ref() {
+            return Err(format!(
+                "run {run:?} data: registry {got:?}, model {want:?}"
+            ));
+        }
         let get = Op::Get {
             run_id: Bytes::from_static(run),
             now: None,

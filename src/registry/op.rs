@@ -13,7 +13,7 @@
 
 use bytes::Bytes;
 
-use super::{KeyState, Lease, Registry, TokensExhausted};
+use super::{KeyState, Lease, Registry, RunData, TokensExhausted};
 use crate::glob;
 
 /// A command for the registry. `None` for `now` means "the server's
@@ -46,6 +46,24 @@ pub enum Op {
     Get {
         run_id: Bytes,
         now: Option<f64>,
+    },
+    /// `LEASE.SETDATA`: the run's data, if the lease passes `HEARTBEAT`'s
+    /// test.
+    SetData {
+        lease_id: Bytes,
+        token: u64,
+        value: Bytes,
+        now: Option<f64>,
+    },
+    /// `LEASE.GETDATA`: the run's data at the server's clock.
+    GetData {
+        run_id: Bytes,
+    },
+    /// `LEASE.DELDATA`: removes the run's data, if the lease passes
+    /// `HEARTBEAT`'s test at the server's clock.
+    DelData {
+        lease_id: Bytes,
+        token: u64,
     },
     /// `LEASE.SCAN`: the run ids of up to about `count` leases from slot
     /// `cursor` on, those matching `pattern` if given.
@@ -100,6 +118,8 @@ pub enum Outcome {
     Reclaimed(usize),
     /// An acquire found the run free, but every token has been issued.
     TokensExhausted,
+    /// `LEASE.GETDATA`: the run's data, if it has any.
+    Data(Option<RunData>),
 }
 
 /// Which id of a command is too long.
@@ -125,7 +145,11 @@ impl Op {
     pub fn changes_leases(&self) -> bool {
         matches!(
             self,
-            Op::Acquire { .. } | Op::Heartbeat { .. } | Op::Release { .. }
+            Op::Acquire { .. }
+                | Op::Heartbeat { .. }
+                | Op::Release { .. }
+                | Op::SetData { .. }
+                | Op::DelData { .. }
         )
     }
 
@@ -135,7 +159,8 @@ impl Op {
             Op::Acquire { now, .. }
             | Op::Heartbeat { now, .. }
             | Op::Validate { now, .. }
-            | Op::Get { now, .. } => *now,
+            | Op::Get { now, .. }
+            | Op::SetData { now, .. } => *now,
             _ => None,
         }
     }
@@ -148,7 +173,9 @@ impl Op {
             Op::Acquire {
                 run_id, worker_id, ..
             } => (run_id, Some(worker_id)),
-            Op::Validate { run_id, .. } | Op::Get { run_id, .. } => (run_id, None),
+            Op::Validate { run_id, .. } | Op::Get { run_id, .. } | Op::GetData { run_id } => {
+                (run_id, None)
+            }
             _ => return None,
         };
         if run_id.len() > max {
@@ -200,6 +227,16 @@ impl Registry {
             Op::Get { run_id, now } => {
                 let at = self.read_time(*now, clock);
                 Outcome::Got(self.get_at(run_id, at))
+            }
+            Op::SetData {
+                lease_id,
+                token,
+                value,
+                now,
+            } => Outcome::Flag(self.set_data(lease_id, *token, value, now.unwrap_or(clock))),
+            Op::GetData { run_id } => Outcome::Data(self.get_data(run_id, clock.max(self.time()))),
+            Op::DelData { lease_id, token } => {
+                Outcome::Flag(self.del_data(lease_id, *token, clock))
             }
             Op::Scan {
                 cursor,

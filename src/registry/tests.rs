@@ -937,6 +937,18 @@ enum Step {
     },
     /// Reclaims up to this many leases, as the core does between rounds.
     Reclaim(usize),
+    SetData {
+        lease: Ref,
+        value: u8,
+        dt: f64,
+        explicit: bool,
+    },
+    GetData {
+        run: Index,
+    },
+    DelData {
+        lease: Ref,
+    },
 }
 
 /// Steps of the client clock: it repeats and goes backwards, and
@@ -1011,6 +1023,11 @@ fn lease_step() -> impl Strategy<Value = Step> {
         2 => lease_ref().prop_map(|lease| Step::Release { lease }),
         2 => (any::<Index>(), dt(), explicit())
             .prop_map(|(run, dt, explicit)| Step::Get { run, dt, explicit }),
+        2 => (lease_ref(), any::<u8>(), dt(), explicit()).prop_map(
+            |(lease, value, dt, explicit)| Step::SetData { lease, value, dt, explicit }
+        ),
+        1 => any::<Index>().prop_map(|run| Step::GetData { run }),
+        1 => lease_ref().prop_map(|lease| Step::DelData { lease }),
     ]
 }
 
@@ -1124,6 +1141,30 @@ fn resolve(step: &Step, model: &Model, now: &mut f64) -> (Op, f64) {
             now: tick(*dt, *explicit),
         },
         Step::Reclaim(max) => Op::Reclaim { max: *max },
+        Step::SetData {
+            lease,
+            value,
+            dt,
+            explicit,
+        } => {
+            let (_, lease_id, token) = resolve_ref(lease, model);
+            Op::SetData {
+                lease_id: lease_id.into(),
+                token,
+                value: Bytes::from(vec![*value; usize::from(*value % 5)]),
+                now: tick(*dt, *explicit),
+            }
+        }
+        Step::GetData { run } => Op::GetData {
+            run_id: Bytes::from_static(RUNS[run.index(RUNS.len())]),
+        },
+        Step::DelData { lease } => {
+            let (_, lease_id, token) = resolve_ref(lease, model);
+            Op::DelData {
+                lease_id: lease_id.into(),
+                token,
+            }
+        }
     };
     (op, *now)
 }
@@ -1176,10 +1217,39 @@ fn dump(registry: &Registry) -> Vec<Held> {
     leases
 }
 
-/// Everything that makes a registry's state: its leases, last token and
-/// registry time.
-fn state(registry: &Registry) -> (Vec<Held>, u64, f64) {
-    (dump(registry), registry.last_token(), registry.time())
+/// A run's data as a snapshot reads it: run, value, token, written_at,
+/// when orphaned.
+type Kept = (Bytes, Bytes, u64, f64, Option<f64>);
+
+/// Every run's data a registry holds, in run order.
+fn dump_data(registry: &Registry) -> Vec<Kept> {
+    let mut data = Vec::new();
+    let mut after: Option<Bytes> = None;
+    loop {
+        after = registry.snapshot_data(after.as_deref(), 2, |d| {
+            data.push((
+                Bytes::copy_from_slice(d.run_id),
+                Bytes::copy_from_slice(d.value),
+                d.fencing_token,
+                d.written_at,
+                d.orphaned_at,
+            ))
+        });
+        if after.is_none() {
+            return data;
+        }
+    }
+}
+
+/// Everything that makes a registry's state: its leases, its run data,
+/// last token and registry time.
+fn state(registry: &Registry) -> (Vec<Held>, Vec<Kept>, u64, f64) {
+    (
+        dump(registry),
+        dump_data(registry),
+        registry.last_token(),
+        registry.time(),
+    )
 }
 
 /// Runs `steps` on a recording registry. A replica fed its changes must
@@ -1227,6 +1297,16 @@ fn check_changes_rebuild_state(
     while let Some(from) = cursor {
         cursor = live.snapshot(from, chunk, |lease| snapshot.extend(lease.to_changes()));
     }
+    // Then the run data, as a rewrite writes it after the leases.
+    let mut after: Option<Bytes> = None;
+    loop {
+        after = live.snapshot_data(after.as_deref(), chunk, |data| {
+            snapshot.extend(data.to_changes())
+        });
+        if after.is_none() {
+            break;
+        }
+    }
     let mut rebuilt = Registry::new(3.0, 0);
     for change in snapshot.into_iter().chain(since_start) {
         rebuilt.replay(change);
@@ -1240,10 +1320,18 @@ fn check_changes_rebuild_state(
     while let Some(at) = from {
         from = live.snapshot(at, 7, |lease| all.extend(lease.to_changes()));
     }
+    let mut after: Option<Bytes> = None;
+    loop {
+        after = live.snapshot_data(after.as_deref(), 7, |data| all.extend(data.to_changes()));
+        if after.is_none() {
+            break;
+        }
+    }
     for change in all.iter().chain(all.iter()) {
         again.replay(change.clone());
     }
     prop_assert_eq!(dump(&again), dump(&live));
+    prop_assert_eq!(dump_data(&again), dump_data(&live));
     Ok(())
 }
 
@@ -1597,4 +1685,214 @@ fn acquires_held_off_by_a_lock_delay_are_counted() {
         issued("run", "v", 2, 25.0)
     );
     assert_eq!(r.health().ended, [0, 0, 1]);
+}
+
+// ---------------------------------------------------------------
+// Run data: a fenced checkpoint per run.
+// ---------------------------------------------------------------
+
+fn setdata(lease_id: &str, token: u64, value: &str, now: f64) -> Op {
+    Op::SetData {
+        lease_id: bytes(lease_id),
+        token,
+        value: bytes(value),
+        now: Some(now),
+    }
+}
+
+fn getdata(run: &str) -> Op {
+    Op::GetData { run_id: bytes(run) }
+}
+
+fn deldata(lease_id: &str, token: u64) -> Op {
+    Op::DelData {
+        lease_id: bytes(lease_id),
+        token,
+    }
+}
+
+fn data(value: &str, token: u64, written_at: f64) -> Outcome {
+    Outcome::Data(Some(RunData {
+        value: bytes(value),
+        fencing_token: token,
+        written_at,
+    }))
+}
+
+#[test]
+fn only_the_current_unexpired_holder_sets_data() {
+    let mut r = registry();
+    r.apply(&acq("a", "w1", 0.0, None), UNREAD);
+    r.apply(&acq("b", "w1", 0.0, None), UNREAD);
+    // The holder.
+    assert_eq!(
+        r.apply(&setdata("a:w1:1", 1, "one", 1.0), UNREAD),
+        Outcome::Flag(true)
+    );
+    // A stale token, and a lease id of another run with this run's token.
+    assert_eq!(
+        r.apply(&setdata("a:w1:1", 3, "x", 2.0), UNREAD),
+        Outcome::Flag(false)
+    );
+    assert_eq!(
+        r.apply(&setdata("b:w1:2", 1, "x", 2.0), UNREAD),
+        Outcome::Flag(false)
+    );
+    assert_eq!(r.apply(&getdata("a"), 2.0), data("one", 1, 1.0));
+    // SETDATA does not extend the lease: after expiry it is refused.
+    assert_eq!(
+        r.apply(&setdata("a:w1:1", 1, "late", 10.0), UNREAD),
+        Outcome::Flag(false)
+    );
+    // A takeover reads the previous holder's data; the old holder is fenced.
+    r.apply(&acq("a", "w2", 11.0, None), UNREAD);
+    assert_eq!(r.apply(&getdata("a"), 11.0), data("one", 1, 1.0));
+    assert_eq!(
+        r.apply(&setdata("a:w1:1", 1, "stale", 12.0), UNREAD),
+        Outcome::Flag(false)
+    );
+    assert_eq!(
+        r.apply(&setdata("a:w2:3", 3, "two", 12.0), UNREAD),
+        Outcome::Flag(true)
+    );
+    assert_eq!(r.apply(&getdata("a"), 12.0), data("two", 3, 12.0));
+    assert_eq!(r.apply(&getdata("b"), 12.0), Outcome::Data(None));
+}
+
+#[test]
+fn setdata_without_now_is_written_at_the_clock_and_moves_time() {
+    let mut r = registry();
+    r.apply(&acq("a", "w", 100.0, None), UNREAD);
+    let op = Op::SetData {
+        lease_id: bytes("a:w:1"),
+        token: 1,
+        value: bytes("v"),
+        now: None,
+    };
+    assert_eq!(r.apply(&op, 105.0), Outcome::Flag(true));
+    assert_eq!(r.time(), 105.0);
+    assert_eq!(r.apply(&getdata("a"), 0.0), data("v", 1, 105.0));
+}
+
+#[test]
+fn data_survives_a_release_for_retention_then_goes() {
+    let mut r = registry();
+    r.set_retention(30.0);
+    r.set_recording(true);
+    r.apply(&acq("a", "w", 0.0, None), UNREAD);
+    r.apply(&setdata("a:w:1", 1, "cp", 1.0), UNREAD);
+    assert_eq!(r.apply(&rel("a:w:1", 1), 5.0), Outcome::Flag(true));
+    // Counted from the release (at the server's clock, 5).
+    assert_eq!(r.apply(&getdata("a"), 34.9), data("cp", 1, 1.0));
+    assert_eq!(r.apply(&getdata("a"), 35.0), Outcome::Data(None));
+    assert_eq!(r.data_count(), 1, "a read never writes");
+    // Registry time passes the due time: the reclaim step sweeps it.
+    r.apply(&get("zz", 35.0), UNREAD);
+    assert!(r.reclaim_due());
+    assert_eq!(
+        r.apply(&Op::Reclaim { max: 10 }, 35.0),
+        Outcome::Reclaimed(1)
+    );
+    assert_eq!(r.data_count(), 0);
+    assert!(
+        r.take_changes()
+            .any(|c| c == Change::DelData { run_id: bytes("a") })
+    );
+}
+
+#[test]
+fn a_new_lease_within_retention_adopts_released_data() {
+    let mut r = registry();
+    r.set_retention(30.0);
+    r.apply(&acq("a", "w", 0.0, None), UNREAD);
+    r.apply(&setdata("a:w:1", 1, "cp", 1.0), UNREAD);
+    r.apply(&rel("a:w:1", 1), 2.0);
+    r.apply(&acq("a", "w2", 20.0, None), UNREAD);
+    // Long after the first release: the data is the new lease's now.
+    r.apply(&hb("a:w2:2", 2, 29.0), UNREAD);
+    r.apply(&hb("a:w2:2", 2, 38.0), UNREAD);
+    r.apply(&Op::Reclaim { max: 10 }, 38.0);
+    assert_eq!(r.apply(&getdata("a"), 38.0), data("cp", 1, 1.0));
+    // Acquired after the data's time was up, the run starts empty.
+    r.apply(&rel("a:w2:2", 2), 40.0);
+    r.apply(&acq("a", "w3", 70.0, None), UNREAD);
+    assert_eq!(r.apply(&getdata("a"), 70.0), Outcome::Data(None));
+}
+
+#[test]
+fn data_goes_with_an_expired_lease_when_it_is_reclaimed() {
+    let mut r = registry();
+    r.set_retention(30.0);
+    r.apply(&acq("a", "w", 0.0, None), UNREAD);
+    r.apply(&setdata("a:w:1", 1, "cp", 1.0), UNREAD);
+    // Expires at 10; gone at 40, from expires_at.
+    assert_eq!(r.apply(&getdata("a"), 39.0), data("cp", 1, 1.0));
+    assert_eq!(r.apply(&getdata("a"), 40.0), Outcome::Data(None));
+    // Reclaiming goes a whole second of expiries at a time.
+    r.apply(&get("zz", 41.0), UNREAD);
+    assert_eq!(
+        r.apply(&Op::Reclaim { max: 10 }, 41.0),
+        Outcome::Reclaimed(1)
+    );
+    assert_eq!(r.data_count(), 0);
+}
+
+#[test]
+fn an_acquire_past_retention_does_not_inherit_the_data() {
+    let mut r = registry();
+    r.set_retention(30.0);
+    r.apply(&acq("a", "w", 0.0, None), UNREAD);
+    r.apply(&setdata("a:w:1", 1, "cp", 1.0), UNREAD);
+    // Not reclaimed yet, but past retention: the lease and its data are gone.
+    r.apply(&acq("a", "w2", 45.0, None), UNREAD);
+    assert_eq!(r.apply(&getdata("a"), 45.0), Outcome::Data(None));
+    assert_eq!(r.data_count(), 0);
+}
+
+#[test]
+fn retention_zero_keeps_data_forever() {
+    let mut r = registry();
+    r.set_retention(0.0);
+    r.apply(&acq("a", "w", 0.0, None), UNREAD);
+    r.apply(&setdata("a:w:1", 1, "cp", 1.0), UNREAD);
+    r.apply(&rel("a:w:1", 1), 2.0);
+    r.apply(&get("zz", 1e9), UNREAD);
+    r.apply(&Op::Reclaim { max: 10 }, 1e9);
+    assert_eq!(r.apply(&getdata("a"), 1e9), data("cp", 1, 1.0));
+}
+
+#[test]
+fn deldata_needs_the_holder_and_says_whether_there_was_data() {
+    let mut r = registry();
+    r.apply(&acq("a", "w", 0.0, None), UNREAD);
+    assert_eq!(r.apply(&deldata("a:w:1", 1), 1.0), Outcome::Flag(false));
+    r.apply(&setdata("a:w:1", 1, "cp", 1.0), UNREAD);
+    assert_eq!(r.apply(&deldata("a:w:1", 2), 1.0), Outcome::Flag(false));
+    // At the server's clock: expired there, refused.
+    assert_eq!(r.apply(&deldata("a:w:1", 1), 10.0), Outcome::Flag(false));
+    assert_eq!(r.apply(&deldata("a:w:1", 1), 2.0), Outcome::Flag(true));
+    assert_eq!(r.apply(&getdata("a"), 2.0), Outcome::Data(None));
+    assert_eq!(r.data_memory(), 0);
+}
+
+#[test]
+fn setdata_is_recorded_and_emits_a_data_event() {
+    let mut r = registry();
+    r.set_recording(true);
+    r.set_emitting(true, 0.0);
+    r.apply(&acq("a", "w", 0.0, None), UNREAD);
+    r.take_changes();
+    r.take_events().for_each(drop);
+    r.apply(&setdata("a:w:1", 1, "cp", 1.0), UNREAD);
+    let changes: Vec<Change> = r.take_changes().collect();
+    assert!(changes.contains(&Change::SetData {
+        run_id: bytes("a"),
+        value: bytes("cp"),
+        fencing_token: 1,
+        written_at: 1.0,
+    }));
+    let events: Vec<Event> = r.take_events().collect();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].kind, EventKind::Data);
+    assert_eq!(events[0].fencing_token, 1);
 }

@@ -26,10 +26,16 @@
 //! | 4 | `Time` | `time: f64` | 9 |
 //! | 5 | `LastToken` | `last_token: u64` | 9 |
 //! | 6 | `LockDelay` | `fencing_token: u64`, `lock_delay: f64` | 17 |
+//! | 7 | `SetData` | `run_len: u32`, `run_id: run_len bytes`, `fencing_token: u64`, `written_at: f64`, `value_len: u32`, `value: value_len bytes` | 25 + run_len + value_len |
+//! | 8 | `DelData` | `run_len: u32`, `run_id: run_len bytes` | 5 + run_len |
+//! | 9 | `Orphan` | `run_len: u32`, `run_id: run_len bytes`, `at: f64` | 13 + run_len |
 //!
 //! A `LockDelay` record follows the `Put` of a lease whose lock delay is
 //! not 0 (type 6 came with lock delays; a log without lock delays has
-//! none, and reads as it did before).
+//! none, and reads as it did before). Types 7 to 9 came with run data
+//! (`LEASE.SETDATA`): a log without run data has none of them, and a
+//! reader that predates them refuses a log that has them as corrupt
+//! (an unknown type) rather than loading it without the data.
 //! Ids are arbitrary bytes. Type 0 is never used, so a payload of zeros
 //! never decodes; every other type byte is unknown.
 //!
@@ -51,6 +57,9 @@
 //!   `now` seen, or -∞ before the first one.
 //! - `lock_delay`: finite and greater than 0, as `LOCKDELAY` and
 //!   `lease-lock-delay` allow (0 is never written).
+//! - `fencing_token` (SetData): 1 to 2^63-1, as a lease's.
+//! - `written_at`, `at` (SetData, Orphan): finite (times a command was
+//!   evaluated at).
 //!
 //! # Reading
 //!
@@ -92,7 +101,7 @@ use std::io::{self, BufRead, BufReader, ErrorKind, Read};
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::registry::{Change, LeaseRecord, MAX_TOKEN};
+use crate::registry::{Change, DataRecord, LeaseRecord, MAX_TOKEN};
 
 /// The first bytes of every log file: a magic word and a format version.
 pub const HEADER: &[u8] = b"LEASEDLOG\x001\n";
@@ -116,6 +125,9 @@ const REMOVE: u8 = 3;
 const TIME: u8 = 4;
 const LAST_TOKEN: u8 = 5;
 const LOCK_DELAY: u8 = 6;
+const SET_DATA: u8 = 7;
+const DEL_DATA: u8 = 8;
+const ORPHAN: u8 = 9;
 
 /// A `Put` payload with empty ids: type, two id lengths, token, two times.
 const PUT_FIXED_LEN: u64 = 1 + 4 + 4 + 8 + 8 + 8;
@@ -123,6 +135,13 @@ const PUT_FIXED_LEN: u64 = 1 + 4 + 4 + 8 + 8 + 8;
 const EXTEND_LEN: usize = 1 + 8 + 8;
 /// Type and one `u64` or `f64`: Remove, Time and LastToken.
 const ONE_FIELD_LEN: usize = 1 + 8;
+/// A `SetData` payload with an empty run id and value: type, run length,
+/// token, `written_at`, value length.
+const SET_DATA_FIXED_LEN: u64 = 1 + 4 + 8 + 8 + 4;
+/// A `DelData` payload with an empty run id: type, run length.
+const DEL_DATA_FIXED_LEN: u64 = 1 + 4;
+/// An `Orphan` payload with an empty run id: type, run length, `at`.
+const ORPHAN_FIXED_LEN: u64 = 1 + 4 + 8;
 
 /// The buffer between the file and the parser: frame headers and small
 /// records are served from it, large payloads bypass it.
@@ -141,6 +160,11 @@ pub fn payload_len(change: &Change) -> u64 {
         } => PUT_FIXED_LEN + run_id.len() as u64 + worker_id.len() as u64,
         Change::Extend { .. } | Change::LockDelay { .. } => EXTEND_LEN as u64,
         Change::Remove { .. } | Change::Time(_) | Change::LastToken(_) => ONE_FIELD_LEN as u64,
+        Change::SetData { run_id, value, .. } => {
+            SET_DATA_FIXED_LEN + run_id.len() as u64 + value.len() as u64
+        }
+        Change::DelData { run_id } => DEL_DATA_FIXED_LEN + run_id.len() as u64,
+        Change::Orphan { run_id, .. } => ORPHAN_FIXED_LEN + run_id.len() as u64,
     }
 }
 
@@ -205,6 +229,45 @@ pub fn encode(change: &Change, out: &mut BytesMut) {
             out.put_u64_le(*fencing_token);
             out.put_f64_le(*lock_delay);
         }),
+        Change::SetData {
+            run_id,
+            value,
+            fencing_token,
+            written_at,
+        } => frame(len, out, |out| {
+            out.put_u8(SET_DATA);
+            // Lengths fit: the record is at most MAX_RECORD_LEN.
+            out.put_u32_le(run_id.len() as u32);
+            out.put_slice(run_id);
+            out.put_u64_le(*fencing_token);
+            out.put_f64_le(*written_at);
+            out.put_u32_le(value.len() as u32);
+            out.put_slice(value);
+        }),
+        Change::DelData { run_id } => frame(len, out, |out| {
+            out.put_u8(DEL_DATA);
+            out.put_u32_le(run_id.len() as u32);
+            out.put_slice(run_id);
+        }),
+        Change::Orphan { run_id, at } => frame(len, out, |out| {
+            out.put_u8(ORPHAN);
+            out.put_u32_le(run_id.len() as u32);
+            out.put_slice(run_id);
+            out.put_f64_le(*at);
+        }),
+    }
+}
+
+/// Appends the records of one run's data borrowed from the registry (what
+/// a snapshot writes): its `SetData`, and its `Orphan` when its run has no
+/// lease.
+///
+/// # Panics
+///
+/// As [`encode`].
+pub fn encode_data(data: &DataRecord<'_>, out: &mut BytesMut) {
+    for change in data.to_changes() {
+        encode(&change, out);
     }
 }
 
@@ -537,6 +600,19 @@ fn check_shape(start: &[u8], len: usize) -> Result<(), String> {
     };
     let (name, expected) = match kind {
         PUT => return check_put_shape(start, len as u64),
+        SET_DATA => {
+            return check_data_shape(
+                start,
+                len as u64,
+                "a set-data",
+                SET_DATA_FIXED_LEN,
+                Some(16),
+            );
+        }
+        DEL_DATA => {
+            return check_data_shape(start, len as u64, "a del-data", DEL_DATA_FIXED_LEN, None);
+        }
+        ORPHAN => return check_data_shape(start, len as u64, "an orphan", ORPHAN_FIXED_LEN, None),
         EXTEND => ("an extend", EXTEND_LEN),
         LOCK_DELAY => ("a lock-delay", EXTEND_LEN),
         REMOVE => ("a remove", ONE_FIELD_LEN),
@@ -579,6 +655,48 @@ fn check_put_shape(start: &[u8], len: u64) -> Result<(), String> {
     if expected < len {
         return Err(format!(
             "a put record with a {run_len}-byte run id and a {worker_len}-byte worker id \
+             is {expected} bytes long, not {len}"
+        ));
+    }
+    Ok(())
+}
+
+/// [`check_shape`] for the run data records: a run id first, then fixed
+/// fields, and for `SetData` a value whose length follows `value_gap`
+/// bytes of fixed fields after the run id.
+fn check_data_shape(
+    start: &[u8],
+    len: u64,
+    name: &str,
+    fixed: u64,
+    value_gap: Option<usize>,
+) -> Result<(), String> {
+    if len < fixed {
+        return Err(format!(
+            "{name} record is at least {fixed} bytes long, not {len}"
+        ));
+    }
+    let Some(run_len) = u32_at(start, 1) else {
+        return Ok(());
+    };
+    let run_len = u64::from(run_len);
+    if fixed + run_len > len {
+        return Err(format!(
+            "a {run_len}-byte run id does not fit in a {len}-byte {name} record"
+        ));
+    }
+    let value_len = match value_gap {
+        // Below len, so it fits a usize.
+        Some(gap) => match u32_at(start, 5 + run_len as usize + gap) {
+            Some(value_len) => u64::from(value_len),
+            None => return Ok(()),
+        },
+        None => 0,
+    };
+    let expected = fixed + run_len + value_len;
+    if expected != len {
+        return Err(format!(
+            "{name} record with a {run_len}-byte run id and a {value_len}-byte value \
              is {expected} bytes long, not {len}"
         ));
     }
@@ -654,6 +772,19 @@ fn decode(payload: &[u8]) -> Result<Change, String> {
             fencing_token: fields.u64()?,
             lock_delay: fields.f64()?,
         },
+        SET_DATA => Change::SetData {
+            run_id: fields.id()?,
+            fencing_token: fields.u64()?,
+            written_at: fields.f64()?,
+            value: fields.id()?,
+        },
+        DEL_DATA => Change::DelData {
+            run_id: fields.id()?,
+        },
+        ORPHAN => Change::Orphan {
+            run_id: fields.id()?,
+            at: fields.f64()?,
+        },
         other => return Err(format!("unknown record type {other}")),
     };
     if !fields.rest.is_empty() {
@@ -715,7 +846,24 @@ fn check_values(change: &Change) -> Result<(), String> {
             }
             Ok(())
         }
+        Change::SetData {
+            fencing_token,
+            written_at,
+            ..
+        } => {
+            check_token(fencing_token)?;
+            check_finite("written_at", written_at)
+        }
+        Change::DelData { .. } => Ok(()),
+        Change::Orphan { at, .. } => check_finite("at", at),
     }
+}
+
+fn check_finite(what: &str, time: f64) -> Result<(), String> {
+    if !time.is_finite() {
+        return Err(format!("{what} is {time}: not a finite time"));
+    }
+    Ok(())
 }
 
 fn check_token(token: u64) -> Result<(), String> {

@@ -282,6 +282,28 @@ fn every_variant_round_trips() {
         Change::LastToken(0),
         Change::LastToken(1),
         Change::LastToken(MAX_TOKEN),
+        Change::SetData {
+            run_id: Bytes::new(),
+            value: Bytes::new(),
+            fencing_token: 1,
+            written_at: 0.0,
+        },
+        Change::SetData {
+            run_id: Bytes::from(every_byte.clone()),
+            value: Bytes::from(big[..1 << 20].to_vec()),
+            fencing_token: MAX_TOKEN,
+            written_at: -1.5,
+        },
+        Change::DelData {
+            run_id: Bytes::new(),
+        },
+        Change::DelData {
+            run_id: Bytes::from_static(b"run:1"),
+        },
+        Change::Orphan {
+            run_id: Bytes::from(every_byte_reversed.clone()),
+            at: 1.7e9,
+        },
     ];
     for change in &changes {
         let (log, _) = log_of(std::slice::from_ref(change));
@@ -441,9 +463,9 @@ fn a_record_running_past_the_end_is_torn_only_if_it_could_be_real() {
 
     // An unknown type byte, and the run id's length overrunning `len`.
     let mut unknown = framed.clone();
-    unknown[FRAME_HEADER_LEN] = 9;
+    unknown[FRAME_HEADER_LEN] = 99;
     let reason = assert_corrupt(replay_from(&file(&unknown[..12])[..]).0, at, 0);
-    assert!(reason.contains("unknown record type 9"), "{reason}");
+    assert!(reason.contains("unknown record type 99"), "{reason}");
     let mut overrun = framed.clone();
     overrun[FRAME_HEADER_LEN + 1..FRAME_HEADER_LEN + 5].copy_from_slice(&100u32.to_le_bytes());
     let reason = assert_corrupt(replay_from(&file(&overrun[..20])[..]).0, at, 0);
@@ -575,7 +597,7 @@ fn payloads_that_pass_their_checksum_but_do_not_decode_are_corrupt() {
     let too_big = MAX_TOKEN + 1;
     let cases: Vec<(Vec<u8>, &str)> = vec![
         (vec![0; 9], "unknown record type 0"),
-        (payload_of(7, [0; 8]), "unknown record type 7"),
+        (payload_of(10, [0; 8]), "unknown record type 10"),
         (
             payload_of(6, [1; 8]),
             "lock-delay record is 17 bytes long, not 9",
@@ -806,5 +828,98 @@ proptest! {
         };
         prop_assert!(applied.len() <= intact);
         prop_assert_eq!(bits(&applied), bits(&changes[..applied.len()]));
+    }
+}
+
+#[test]
+fn run_data_records_are_laid_out_as_documented() {
+    let cases = [
+        (
+            Change::SetData {
+                run_id: Bytes::from_static(b"r"),
+                value: Bytes::from_static(b"vv"),
+                fencing_token: 3,
+                written_at: 2.0,
+            },
+            [
+                &[7][..],
+                &[1, 0, 0, 0],
+                b"r",
+                &[3, 0, 0, 0, 0, 0, 0, 0],
+                &[0, 0, 0, 0, 0, 0, 0, 0x40],
+                &[2, 0, 0, 0],
+                b"vv",
+            ]
+            .concat(),
+        ),
+        (
+            Change::DelData {
+                run_id: Bytes::from_static(b"ab"),
+            },
+            vec![8, 2, 0, 0, 0, b'a', b'b'],
+        ),
+        (
+            Change::Orphan {
+                run_id: Bytes::from_static(b"a"),
+                at: 2.0,
+            },
+            vec![9, 1, 0, 0, 0, b'a', 0, 0, 0, 0, 0, 0, 0, 0x40],
+        ),
+    ];
+    for (change, payload) in cases {
+        let mut out = BytesMut::new();
+        encode(&change, &mut out);
+        assert_eq!(&out[FRAME_HEADER_LEN..], &payload[..], "{change:?}");
+        assert_eq!(payload_len(&change), payload.len() as u64);
+        // Every cut inside the payload is a torn record, not corruption.
+        let file = [HEADER, &out[..]].concat();
+        for cut in HEADER.len() + FRAME_HEADER_LEN..file.len() {
+            let (result, applied) = replay_from(&file[..cut]);
+            assert_eq!(
+                result,
+                torn(HEADER.len() as u64, 0),
+                "{change:?} cut at {cut}"
+            );
+            assert!(applied.is_empty());
+        }
+    }
+}
+
+#[test]
+fn run_data_records_with_bad_lengths_or_values_are_corrupt() {
+    let set = |run: &[u8], token: u64, at: f64, value: &[u8]| {
+        [
+            &[7][..],
+            &(run.len() as u32).to_le_bytes(),
+            run,
+            &token.to_le_bytes(),
+            &at.to_le_bytes(),
+            &(value.len() as u32).to_le_bytes(),
+            value,
+        ]
+        .concat()
+    };
+    let mut value_overrun = set(b"r", 1, 1.0, b"v");
+    value_overrun[22..26].copy_from_slice(&9u32.to_le_bytes());
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (set(b"r", 0, 1.0, b"v"), "fencing token 0 "),
+        (set(b"r", 1, f64::NAN, b"v"), "written_at is NaN"),
+        (set(b"r", 1, f64::INFINITY, b"v"), "written_at is inf"),
+        (value_overrun, "set-data record"),
+        (vec![8, 5, 0, 0, 0, b'a'], "5-byte run id"),
+        (vec![8, 1, 0, 0, 0, b'a', b'b'], "a del-data record"),
+        (
+            [&[9, 1, 0, 0, 0, b'a'][..], &f64::NAN.to_le_bytes()].concat(),
+            "at is NaN",
+        ),
+        (vec![9, 0, 0, 0], "an orphan record is at least 13 bytes"),
+    ];
+    let at = HEADER.len() as u64;
+    for (payload, expected) in cases {
+        let file = [HEADER, &frame(&payload)].concat();
+        let (result, applied) = replay_from(&file[..]);
+        let reason = assert_corrupt(result, at, 0);
+        assert!(reason.contains(expected), "{reason:?} for {payload:?}");
+        assert!(applied.is_empty());
     }
 }
