@@ -124,6 +124,24 @@ impl Reply {
         Reply::Map(fields)
     }
 
+    /// `LEASE.ACQUIRE ... WITHDATA`'s map: the lease map, then `data` and
+    /// `data_token` (null and null when the run has no data).
+    pub fn lease_with_data(lease: &Lease, data: Option<&RunData>) -> Reply {
+        let Reply::Map(mut fields) = Reply::lease_map(lease, None) else {
+            unreachable!("a lease map is a map")
+        };
+        let (value, token) = match data {
+            Some(data) => (
+                Reply::Bulk(data.value.clone()),
+                Reply::Int(data.fencing_token as i64),
+            ),
+            None => (Reply::Null, Reply::Null),
+        };
+        fields.push((Reply::text("data"), value));
+        fields.push((Reply::text("data_token"), token));
+        Reply::Map(fields)
+    }
+
     /// `LEASE.GETDATA`'s map: `value`, `fencing_token` (of the lease that
     /// wrote it), `written_at`.
     pub fn run_data(data: &RunData) -> Reply {

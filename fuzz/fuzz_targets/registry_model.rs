@@ -135,6 +135,7 @@ fn resolve(step: &Step, model: &Model, now: &mut f64) -> Option<(Op, f64)> {
             ttl: (*ttl % 16 != 0).then(|| f64::from(*ttl % 16) * 0.5),
             // 0 is the default; otherwise 0 to 7.5 seconds.
             lock_delay: (*lock_delay % 17 != 0).then(|| f64::from(*lock_delay % 17 - 1) * 0.5),
+            with_data: false,
         },
         Step::Heartbeat {
             lease,

@@ -11,11 +11,11 @@ use crate::registry::Op;
 use crate::reply::Reply;
 
 /// The options of `LEASE.ACQUIRE`, in any order after `now`.
-const OPTIONS: [&[u8]; 3] = [b"ttl", b"lockdelay", b"block"];
+const OPTIONS: [&[u8]; 4] = [b"ttl", b"lockdelay", b"block", b"withdata"];
 
 /// `LEASE.ACQUIRE run worker [now] [TTL seconds] [LOCKDELAY seconds]
-/// [BLOCK ms]`: options in any order after `now`, the last of a repeated
-/// one counting (as SCAN's do).
+/// [BLOCK ms] [WITHDATA]`: options in any order after `now`, the last of a
+/// repeated one counting (as SCAN's do).
 pub fn parse_acquire(args: &mut Args) -> Result<Command, Reply> {
     let run_id = args.required();
     let worker_id = args.required();
@@ -29,7 +29,12 @@ pub fn parse_acquire(args: &mut Args) -> Result<Command, Reply> {
         args.next();
     }
     let (mut ttl, mut lock_delay, mut block) = (None, None, None);
+    let mut with_data = false;
     while let Some(option) = args.next() {
+        if option.eq_ignore_ascii_case(b"withdata") {
+            with_data = true;
+            continue;
+        }
         let Some(value) = args.next() else {
             return Err(syntax_error());
         };
@@ -49,6 +54,7 @@ pub fn parse_acquire(args: &mut Args) -> Result<Command, Reply> {
         now,
         ttl,
         lock_delay,
+        with_data,
     };
     match block {
         None => Ok(Command::Lease(op)),

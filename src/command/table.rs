@@ -326,6 +326,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             optional(token("TTL", arg("seconds", ArgKind::Double))),
             optional(token("LOCKDELAY", arg("seconds", ArgKind::Double))),
             optional(token("BLOCK", arg("ms", ArgKind::Integer))),
+            optional(word("withdata", "WITHDATA")),
         ],
         ..command(
             "lease.acquire",

@@ -35,7 +35,8 @@ fn acquire_takes_optional_now_and_ttl_in_any_case() {
             worker_id: b("worker-a"),
             now: None,
             ttl: None,
-            lock_delay: None
+            lock_delay: None,
+            with_data: false
         }
     );
     assert_eq!(
@@ -45,7 +46,8 @@ fn acquire_takes_optional_now_and_ttl_in_any_case() {
             worker_id: b("w"),
             now: Some(10.5),
             ttl: None,
-            lock_delay: None
+            lock_delay: None,
+            with_data: false
         }
     );
     assert_eq!(
@@ -55,7 +57,8 @@ fn acquire_takes_optional_now_and_ttl_in_any_case() {
             worker_id: b("w"),
             now: Some(1000.0),
             ttl: Some(30.0),
-            lock_delay: None
+            lock_delay: None,
+            with_data: false
         }
     );
     assert_eq!(
@@ -65,7 +68,8 @@ fn acquire_takes_optional_now_and_ttl_in_any_case() {
             worker_id: b(""),
             now: None,
             ttl: Some(0.5),
-            lock_delay: None
+            lock_delay: None,
+            with_data: false
         }
     );
 }
@@ -264,7 +268,7 @@ fn syntax_lines_come_from_the_table() {
         .map(|(_, line)| line)
         .collect();
     assert!(lines.contains(
-        &"LEASE.ACQUIRE run worker [now] [TTL seconds] [LOCKDELAY seconds] [BLOCK ms]".to_string()
+        &"LEASE.ACQUIRE run worker [now] [TTL seconds] [LOCKDELAY seconds] [BLOCK ms] [WITHDATA]".to_string()
     ));
     assert!(lines.contains(&"LEASE.HEARTBEAT lease_id token [now]".to_string()));
     assert!(lines.contains(&"LEASE.VALIDATE run lease_id token [now]".to_string()));
@@ -333,5 +337,68 @@ fn the_reference_documents_no_command_the_table_lacks() {
         if is_command {
             assert!(known.contains(&heading), "`### {heading}` is not a command");
         }
+    }
+}
+
+#[test]
+fn run_data_commands_parse_and_check_their_arguments() {
+    assert_eq!(
+        lease(&["LEASE.ACQUIRE", "r", "w", "5", "withdata", "TTL", "3"]),
+        Op::Acquire {
+            run_id: b("r"),
+            worker_id: b("w"),
+            now: Some(5.0),
+            ttl: Some(3.0),
+            lock_delay: None,
+            with_data: true,
+        }
+    );
+    assert_eq!(
+        lease(&["LEASE.SETDATA", "r:w:1", "1", "v\0\r\n", "7"]),
+        Op::SetData {
+            lease_id: b("r:w:1"),
+            token: 1,
+            value: b("v\0\r\n"),
+            now: Some(7.0),
+        }
+    );
+    assert_eq!(
+        lease(&["lease.getdata", "r"]),
+        Op::GetData { run_id: b("r") }
+    );
+    assert_eq!(
+        lease(&["LEASE.DELDATA", "r:w:1", "1"]),
+        Op::DelData {
+            lease_id: b("r:w:1"),
+            token: 1,
+        }
+    );
+    assert_eq!(
+        error_of(&["LEASE.SETDATA", "r:w:1", "x", "v"]),
+        "ERR value is not an integer or out of range"
+    );
+    assert_eq!(
+        error_of(&["LEASE.SETDATA", "r:w:1", "0", "v"]),
+        "ERR value is out of range, must be positive"
+    );
+    assert_eq!(
+        error_of(&["LEASE.SETDATA", "r:w:1", "1", "v", "later"]),
+        "ERR value is not a valid float"
+    );
+    for (args, name) in [
+        (&["LEASE.SETDATA", "r:w:1", "1"][..], "lease.setdata"),
+        (
+            &["LEASE.SETDATA", "r:w:1", "1", "v", "1", "2"][..],
+            "lease.setdata",
+        ),
+        (&["LEASE.GETDATA"][..], "lease.getdata"),
+        (&["LEASE.GETDATA", "a", "b"][..], "lease.getdata"),
+        (&["LEASE.DELDATA", "r:w:1"][..], "lease.deldata"),
+        (&["LEASE.DELDATA", "r:w:1", "1", "2"][..], "lease.deldata"),
+    ] {
+        assert_eq!(
+            error_of(args),
+            format!("ERR wrong number of arguments for '{name}' command")
+        );
     }
 }

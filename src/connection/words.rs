@@ -60,7 +60,8 @@ pub fn answer(answer: CoreAnswer, wording: Wording, shared: &Shared) -> Reply {
 /// stopped first.
 pub fn granted(outcome: Option<Granted>) -> Reply {
     match outcome {
-        Some(Granted::Lease(lease)) => Reply::lease(lease, None),
+        Some(Granted::Lease(lease, None)) => Reply::lease(lease, None),
+        Some(Granted::Lease(lease, Some(data))) => Reply::lease_with_data(&lease, data.as_ref()),
         Some(Granted::TimedOut) => Reply::Null,
         Some(Granted::Unblocked) => Reply::error("UNBLOCKED client unblocked via CLIENT UNBLOCK"),
         Some(Granted::Refused(refusal)) => refusal_reply(&refusal),
@@ -98,6 +99,7 @@ pub fn refused_op(
 pub(super) fn outcome_reply(outcome: Outcome) -> Reply {
     match outcome {
         Outcome::Acquired(Some(lease)) => Reply::lease(lease, None),
+        Outcome::AcquiredData(acquired) => Reply::lease_with_data(&acquired.0, acquired.1.as_ref()),
         Outcome::Acquired(None) | Outcome::Got(None) => Reply::Null,
         Outcome::Got(Some((lease, expired))) => Reply::lease(lease, Some(expired)),
         Outcome::Flag(done) => Reply::Int(i64::from(done)),

@@ -48,6 +48,7 @@ impl Core {
             worker_id,
             ttl,
             lock_delay,
+            with_data,
             ..
         } = op
         else {
@@ -60,6 +61,7 @@ impl Core {
             worker_id,
             ttl,
             lock_delay,
+            with_data,
             reply,
             since: Instant::now(),
         };
@@ -94,6 +96,7 @@ impl Core {
                 now: None,
                 ttl: waiter.ttl,
                 lock_delay: waiter.lock_delay,
+                with_data: waiter.with_data,
             };
             let now = round.clock.max(self.registry.time());
             if let Some(at) = self.registry.free_at(&run)
@@ -106,7 +109,11 @@ impl Core {
                 Some(refusal) => Granted::Refused(refusal),
                 // Past the queue check of `outcome`: this is the queue.
                 None => match self.registry.apply(&op, round.clock) {
-                    Outcome::Acquired(Some(lease)) => Granted::Lease(lease),
+                    Outcome::Acquired(Some(lease)) => Granted::Lease(lease, None),
+                    Outcome::AcquiredData(acquired) => {
+                        let (lease, data) = *acquired;
+                        Granted::Lease(lease, Some(data))
+                    }
                     Outcome::TokensExhausted => Granted::TokensExhausted,
                     _ => {
                         // Closed after all (never expected): look again.
@@ -117,7 +124,7 @@ impl Core {
                 },
             };
             let outcome = match &granted {
-                Granted::Lease(lease) => Some(Outcome::Acquired(Some(lease.clone()))),
+                Granted::Lease(lease, _) => Some(Outcome::Acquired(Some(lease.clone()))),
                 _ => None,
             };
             self.stats.record(&op, outcome.as_ref());
@@ -143,10 +150,10 @@ impl Core {
     pub(super) fn send_grants(&mut self, committed: &Result<(), WriteError>) {
         for (waiter, granted) in std::mem::take(&mut self.grants) {
             let granted = match (committed, granted) {
-                (Err(error), Granted::Lease(_)) => Granted::Refused(Refusal::Log(error.clone())),
+                (Err(error), Granted::Lease(..)) => Granted::Refused(Refusal::Log(error.clone())),
                 (_, granted) => granted,
             };
-            if let Err(Granted::Lease(lease)) = waiter.reply.send(granted) {
+            if let Err(Granted::Lease(lease, _)) = waiter.reply.send(granted) {
                 let release = Op::Release {
                     lease_id: lease.lease_id().into(),
                     token: lease.fencing_token,

@@ -107,7 +107,12 @@ impl CommandStats {
         };
         let ok = matches!(
             outcome,
-            Some(Outcome::Flag(true) | Outcome::Acquired(Some(_)) | Outcome::Got(Some(_)))
+            Some(
+                Outcome::Flag(true)
+                    | Outcome::Acquired(Some(_))
+                    | Outcome::AcquiredData(_)
+                    | Outcome::Got(Some(_))
+            )
         );
         self.counts[slot][usize::from(!ok)] += 1;
         let lookup = matches!(Self::NAMES[slot], "heartbeat" | "validate" | "get");

@@ -17,13 +17,14 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::Refusal;
-use crate::registry::Lease;
+use crate::registry::{Lease, RunData};
 
 /// What a blocked acquire ends with.
 #[derive(Debug)]
 pub enum Granted {
-    /// The run, with the next token.
-    Lease(Lease),
+    /// The run, with the next token; for an acquire `WITHDATA`, the run's
+    /// data as well (`Some(None)`: it has none).
+    Lease(Lease, Option<Option<RunData>>),
     /// The timeout ran out (or `CLIENT UNBLOCK id TIMEOUT`): null.
     TimedOut,
     /// `CLIENT UNBLOCK id ERROR`.
@@ -43,6 +44,8 @@ pub struct Waiter {
     pub worker_id: Bytes,
     pub ttl: Option<f64>,
     pub lock_delay: Option<f64>,
+    /// `WITHDATA`: the grant carries the run's data.
+    pub with_data: bool,
     pub reply: oneshot::Sender<Granted>,
     /// When it began to wait.
     pub since: Instant,
@@ -242,6 +245,7 @@ mod tests {
             worker_id: Bytes::copy_from_slice(worker.as_bytes()),
             ttl: None,
             lock_delay: None,
+            with_data: false,
             reply,
             since: Instant::now(),
         };

@@ -163,9 +163,16 @@ impl Model {
                 now,
                 ttl,
                 lock_delay,
+                with_data,
             } => {
                 let t = self.see(now.unwrap_or(clock));
-                self.acquire(run_id, worker_id, t, *ttl, *lock_delay)
+                match self.acquire(run_id, worker_id, t, *ttl, *lock_delay) {
+                    Outcome::Acquired(Some(lease)) if *with_data => {
+                        let data = self.data_at(run_id, t);
+                        Outcome::AcquiredData(Box::new((lease, data)))
+                    }
+                    outcome => outcome,
+                }
             }
             Op::Heartbeat {
                 lease_id,
@@ -398,6 +405,7 @@ pub fn step_both(
     }
     let lease = match &got {
         Outcome::Acquired(Some(lease)) | Outcome::Got(Some((lease, _))) => lease,
+        Outcome::AcquiredData(acquired) => &acquired.0,
         _ => return Ok(()),
     };
     let id = [

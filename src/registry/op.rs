@@ -27,6 +27,8 @@ pub enum Op {
         ttl: Option<f64>,
         /// `None`: the default lock delay.
         lock_delay: Option<f64>,
+        /// `WITHDATA`: the reply carries the run's data.
+        with_data: bool,
     },
     Heartbeat {
         lease_id: Bytes,
@@ -102,6 +104,9 @@ pub enum Op {
 pub enum Outcome {
     /// An acquire: the new lease, or `None` when the run is held.
     Acquired(Option<Lease>),
+    /// An acquire `WITHDATA` that took the run: the new lease and the
+    /// run's data, if it has any (what the previous holder left).
+    AcquiredData(Box<(Lease, Option<RunData>)>),
     /// Heartbeat, validate, release: whether it did what it asked.
     Flag(bool),
     /// A get: the run's lease and whether it has expired.
@@ -200,9 +205,14 @@ impl Registry {
                 now,
                 ttl,
                 lock_delay,
+                with_data,
             } => {
                 let now = now.unwrap_or(clock);
                 match self.acquire_with(run_id, worker_id, now, *ttl, *lock_delay) {
+                    Ok(Some(lease)) if *with_data => {
+                        let data = self.get_data(run_id, self.time());
+                        Outcome::AcquiredData(Box::new((lease, data)))
+                    }
                     Ok(lease) => Outcome::Acquired(lease),
                     Err(TokensExhausted) => Outcome::TokensExhausted,
                 }

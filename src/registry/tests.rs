@@ -52,6 +52,7 @@ fn acq(run: &str, worker: &str, now: f64, ttl: Option<f64>) -> Op {
         now: Some(now),
         ttl,
         lock_delay: None,
+        with_data: false,
     }
 }
 
@@ -717,6 +718,7 @@ fn writes_without_now_move_registry_time_to_the_clock() {
         now: None,
         ttl: None,
         lock_delay: None,
+        with_data: false,
     };
     assert_eq!(
         registry.apply(&acquire, 100.0),
@@ -1098,6 +1100,8 @@ fn resolve(step: &Step, model: &Model, now: &mut f64) -> (Op, f64) {
             now: tick(*dt, *explicit),
             ttl: *ttl,
             lock_delay: *lock_delay,
+            // Half of them, picked by the step's clock.
+            with_data: (*dt * 2.0) as i64 % 2 == 0,
         },
         Step::Heartbeat {
             lease,
@@ -1674,6 +1678,7 @@ fn acquires_held_off_by_a_lock_delay_are_counted() {
         now: Some(0.0),
         ttl: None,
         lock_delay: Some(5.0),
+        with_data: false,
     };
     assert_eq!(r.apply(&delayed, UNREAD), issued("run", "w", 1, 10.0));
     assert_eq!(r.apply(&acq("run", "v", 5.0, None), UNREAD), held());
