@@ -495,6 +495,34 @@ const SMALL_STEPS: &[Step] = &[
         Some(1),
         Some(1013.0),
     ),
+    // Run data: set by holders (SetData, then Time), refused for a stale
+    // token, and orphaned by a release (Orphan, then Remove).
+    step(
+        &[b"LEASE.SETDATA", b"b:c:w:6", b"6", b"cp-b", b"1014"],
+        Some(1),
+        Some(1014.0),
+    ),
+    step(
+        &[b"LEASE.SETDATA", b"x:w:4", b"4", b"stale", b"1014"],
+        Some(0),
+        Some(1014.0),
+    ),
+    step(
+        &[b"LEASE.SETDATA", b"::3", b"3", b"cp-empty", b"1015"],
+        Some(1),
+        Some(1015.0),
+    ),
+    step(
+        &[b"LEASE.SETDATA", b"x:w9:5", b"5", b"cp-x", b"1016"],
+        Some(1),
+        Some(1016.0),
+    ),
+    step(
+        &[b"LEASE.SETDATA", b"x:w9:5", b"5", b"cp-x2", b"1017"],
+        Some(1),
+        Some(1017.0),
+    ),
+    step(&[b"LEASE.RELEASE", b"::3", b"3"], Some(1), None),
     // Lagging: it moves no time, so its record is the log's last.
     step(&[b"LEASE.ACQUIRE", b"late", b"w", b"1"], Some(8), None),
 ];
@@ -508,6 +536,8 @@ struct Snapshot {
     time: f64,
     /// The last token issued.
     last_token: i64,
+    /// LEASE.GETDATA of the same runs: value and token.
+    data: Vec<Option<(Vec<u8>, i64)>>,
 }
 
 struct SmallLog {
@@ -527,6 +557,31 @@ fn small_runs() -> Vec<Vec<u8>> {
     runs
 }
 
+/// LEASE.GETDATA of each of the small log's runs: value and token. The
+/// small log's servers keep data forever (`lease-retention 0`), so what
+/// a read at the server's clock sees does not depend on when it runs.
+fn small_data(con: &mut Client) -> Vec<Option<(Vec<u8>, i64)>> {
+    small_runs()
+        .iter()
+        .map(|run| {
+            let reply: Value = redis::cmd("LEASE.GETDATA")
+                .arg(&run[..])
+                .query(con)
+                .expect("LEASE.GETDATA");
+            match reply {
+                Value::Nil => None,
+                Value::Array(items) => match &items[..] {
+                    [_, Value::BulkString(value), _, Value::Int(token), _, _] => {
+                        Some((value.clone(), *token))
+                    }
+                    other => panic!("GETDATA replied {other:?}"),
+                },
+                other => panic!("GETDATA replied {other:?}"),
+            }
+        })
+        .collect()
+}
+
 fn small_state(con: &mut Client) -> Vec<Option<Lease>> {
     get_all(con, &small_runs())
         .into_iter()
@@ -543,13 +598,14 @@ fn small_state(con: &mut Client) -> Vec<Option<Lease>> {
 /// log's length after each, and stops it cleanly.
 fn build_small_log() -> SmallLog {
     let (_temp, dir) = data_dir();
-    let mut server = start(&dir, &["--appendfsync", "always"]);
+    let mut server = start(&dir, &["--appendfsync", "always", "--lease-retention", "0"]);
     let mut con = server.typed();
     let log_len = || fs::metadata(dir.join(LOG)).expect("log exists").len() as usize;
     let mut snapshots = vec![Snapshot {
         leases: vec![None; SMALL_RUNS.len() + 1],
         time: 0.0,
         last_token: 0,
+        data: vec![None; SMALL_RUNS.len() + 1],
     }];
     let mut ends = vec![log_len()];
     let (mut time, mut last_token) = (0.0f64, 0);
@@ -575,6 +631,7 @@ fn build_small_log() -> SmallLog {
             leases: small_state(&mut con),
             time,
             last_token,
+            data: small_data(&mut con),
         });
     }
     server.stop();
@@ -657,6 +714,7 @@ impl SmallLog {
                 leases: before.leases.clone(),
                 last_token: before.last_token,
                 time: after.time,
+                data: before.data.clone(),
             },
         ]
     }
@@ -699,7 +757,8 @@ fn check_prefix(
     let temp = tempfile::tempdir().unwrap();
     let dir = temp.path().join("data");
     small.write_dir(&dir, &small.bytes[..len], with_ceiling);
-    let server = Server::start_in(&dir, &[]).map_err(|output| format!("refused: {output}"))?;
+    let server = Server::start_in(&dir, &["--lease-retention", "0"])
+        .map_err(|output| format!("refused: {output}"))?;
     let good = small.good_prefix(frames, len);
     let log = server.log();
     let is_boundary = len == 0 || len == good;
@@ -724,11 +783,14 @@ fn check_prefix(
         leases,
         time,
         last_token: 0,
+        data: small_data(&mut con),
     };
     let expected = small.expected_at(good);
     let matching: Vec<&Snapshot> = expected
         .iter()
-        .filter(|s| s.leases == observed.leases && s.time == observed.time)
+        .filter(|s| {
+            s.leases == observed.leases && s.time == observed.time && s.data == observed.data
+        })
         .collect();
     let Some(snapshot) = matching.first() else {
         return Err(format!(
@@ -759,8 +821,8 @@ fn check_every_prefix(with_ceiling: bool) {
     let kinds: HashSet<u8> = frames.iter().map(|f| f.kind).collect();
     assert_eq!(
         kinds,
-        HashSet::from([1, 2, 3, 4]),
-        "Put, Extend, Remove, Time"
+        HashSet::from([1, 2, 3, 4, 7, 9]),
+        "Put, Extend, Remove, Time, SetData, Orphan"
     );
     let next = AtomicUsize::new(0);
     let failures = Mutex::new(Vec::new());
@@ -940,7 +1002,8 @@ fn a_torn_final_record_is_cut_with_a_warning_and_the_rest_loads() {
     let before_last = &small.snapshots[SMALL_STEPS.len() - 1];
     assert_eq!(small_state(&mut con), before_last.leases);
     assert_eq!(con.get(b"late", Some(0.0)), None);
-    assert_eq!(con.dbsize(), 4);
+    // b:c, x and a:w1 hold leases; a and "" were released.
+    assert_eq!(con.dbsize(), 3);
     let (token, _) = probe(&mut con, "probe");
     assert!(
         token > 8,

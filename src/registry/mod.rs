@@ -441,11 +441,14 @@ impl Registry {
         });
         self.emit_if_expired(slot, clock.max(self.time));
         self.emit(EventKind::Released, slot);
+        // The run's data stays until `retention` after the release. Logged
+        // before the Remove: a log cut between the two leaves the lease
+        // and orphaned data (still swept in time), never data that belongs
+        // to no lease and is not due to go.
         let run_id = Bytes::copy_from_slice(self.leases.get(slot).run_id());
+        self.orphan_data(&run_id, clock.max(self.time));
         self.leases.remove(slot);
         self.record(|| Change::Remove { fencing_token });
-        // The run's data stays until `retention` after the release.
-        self.orphan_data(&run_id, clock.max(self.time));
         true
     }
 
@@ -536,11 +539,13 @@ impl Registry {
         self.health.end(TenureEnd::Expired);
         self.emit_if_expired(slot, self.time);
         self.emit(EventKind::Reclaimed, slot);
+        // An expired lease takes its run's data with it; the data's record
+        // goes first, so that a log cut between the two leaves no data
+        // without a lease.
         let run_id = Bytes::copy_from_slice(self.leases.get(slot).run_id());
+        self.drop_data(&run_id);
         self.leases.remove(slot);
         self.record(|| Change::Remove { fencing_token });
-        // An expired lease takes its run's data with it.
-        self.drop_data(&run_id);
     }
 
     /// The run's lease, unless its retention has run out: such a lease is
