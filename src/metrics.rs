@@ -693,6 +693,8 @@ mod tests {
                 registry_time: f64::NEG_INFINITY,
                 lease_ttl: 10.0,
                 blocked_clients: 0,
+                run_data: 0,
+                run_data_bytes: 0,
                 commands,
                 health,
                 log: Some(LogStatus {

@@ -119,6 +119,16 @@ fn binary_values_round_trip() {
     assert_eq!(stored, 1);
     let fields = pairs(run(&mut con, &["LEASE.GETDATA", "r"]));
     assert_eq!(field(&fields, "value"), Value::BulkString(value));
+    // INFO memory counts it.
+    let info = text(&run(&mut con, &["INFO", "memory"]));
+    assert!(info.contains("run_data_runs:1\r\n"), "{info}");
+    let bytes: usize = info
+        .lines()
+        .find_map(|line| line.strip_prefix("mem_run_data:"))
+        .expect("mem_run_data")
+        .parse()
+        .unwrap();
+    assert!(bytes >= 256 + 1, "{bytes}");
 }
 
 #[test]

@@ -112,6 +112,8 @@ impl Core {
             registry_time: self.registry.time(),
             lease_ttl: self.registry.default_ttl(),
             blocked_clients: self.waiters.count(),
+            run_data: self.registry.data_count(),
+            run_data_bytes: self.registry.data_memory(),
             commands: self.stats.clone(),
             health: self.registry.health().clone(),
             log: self.log.as_ref().map(Log::status),

@@ -25,6 +25,9 @@ pub struct CoreReport {
     pub lease_ttl: f64,
     /// Clients waiting in a blocked acquire.
     pub blocked_clients: usize,
+    /// Runs with run data (`LEASE.SETDATA`), and the bytes it holds.
+    pub run_data: usize,
+    pub run_data_bytes: usize,
     pub commands: CommandStats,
     /// How heartbeats and tenures fared, as the registry counted them.
     pub health: Health,
