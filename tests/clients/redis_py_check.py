@@ -86,10 +86,36 @@ def check(port: int, protocol: int, run: str, t: int) -> None:
     r.close()
 
 
+def check_data(port: int, protocol: int, run: str) -> None:
+    """Run data, on the server's clock (no `now`, so it runs after the
+    checks with explicit times): a checkpoint fenced by the lease, read
+    back with the token that wrote it."""
+    r = redis.Redis(host="127.0.0.1", port=port, protocol=protocol)
+    held = r.execute_command("LEASE.ACQUIRE", f"{run}-data", "w", "WITHDATA")
+    held = held if protocol == 3 else dict(zip(held[0::2], held[1::2]))
+    assert held[b"data"] is None and held[b"data_token"] is None, held
+    data_id, data_token = held[b"lease_id"], held[b"fencing_token"]
+    assert r.execute_command("LEASE.SETDATA", data_id, data_token, b"step\x00=1") == 1
+    assert r.execute_command("LEASE.SETDATA", data_id, data_token + 1, b"x") == 0
+    data = r.execute_command("LEASE.GETDATA", f"{run}-data")
+    if protocol == 3:
+        assert list(data.keys()) == [b"value", b"fencing_token", b"written_at"], data
+        assert isinstance(data[b"written_at"], float), data
+    else:
+        data = dict(zip(data[0::2], data[1::2]))
+        float(data[b"written_at"])
+    assert data[b"value"] == b"step\x00=1" and data[b"fencing_token"] == data_token, data
+    assert r.execute_command("LEASE.DELDATA", data_id, data_token) == 1
+    assert r.execute_command("LEASE.GETDATA", f"{run}-data") is None
+    r.close()
+
+
 def main() -> None:
     port = int(sys.argv[1])
     check(port, 2, "py-run-resp2", 100)
     check(port, 3, "py-run-resp3", 1000)
+    check_data(port, 2, "py-run-resp2")
+    check_data(port, 3, "py-run-resp3")
     print("redis-py", redis.__version__, "ok")
 
 
