@@ -238,6 +238,11 @@ fn a_pattern_subscriber_sees_data_events() {
     );
 }
 
+/// The data of runs r1 to r20.
+fn all_data(con: &mut redis::Connection) -> Vec<Option<(String, i64, f64)>> {
+    (1..=20).map(|i| getdata(con, &format!("r{i}"))).collect()
+}
+
 fn start_logged(dir: &Path) -> Server {
     Server::start_in(dir, &["--appendfsync", "always", "--lease-ttl", "600"])
         .expect("server starts")
@@ -263,17 +268,13 @@ fn data_survives_restarts_kill9_and_a_rewrite() {
     run(&mut con, &["LEASE.RELEASE", "r1:w:1", "1"]);
     run(&mut con, &["LEASE.DELDATA", "r2:w:2", "2"]);
     run(&mut con, &["LEASE.SETDATA", "r3:w:3", "3", "v3b"]);
-    let before: Vec<_> = (1..=20)
-        .map(|i| getdata(&mut con, &format!("r{i}")))
-        .collect();
+    let before: Vec<_> = all_data(&mut con);
     drop(con);
     // kill -9 with appendfsync always: every acknowledged write is there.
     server.kill9();
     let mut server = start_logged(&dir);
     let mut con = server.connect();
-    let after: Vec<_> = (1..=20)
-        .map(|i| getdata(&mut con, &format!("r{i}")))
-        .collect();
+    let after: Vec<_> = all_data(&mut con);
     assert_eq!(after, before);
     // A rewrite, then a clean restart, then another kill -9.
     assert_eq!(
@@ -292,9 +293,7 @@ fn data_survives_restarts_kill9_and_a_rewrite() {
     server.stop();
     let mut server = start_logged(&dir);
     let mut con = server.connect();
-    let rewritten: Vec<_> = (1..=20)
-        .map(|i| getdata(&mut con, &format!("r{i}")))
-        .collect();
+    let rewritten: Vec<_> = all_data(&mut con);
     assert_eq!(rewritten, before);
     // The orphan is still one: a new lease adopts it, with a higher token
     // (after a crash, tokens resume above the reserved ceiling).

@@ -233,7 +233,8 @@ fn command_introspection_matches_the_table() {
             bulk_value("now"),
             bulk_value("seconds"),
             bulk_value("seconds"),
-            bulk_value("ms")
+            bulk_value("ms"),
+            bulk_value("withdata")
         ]
     );
     let ttl = pairs(args[3].clone());

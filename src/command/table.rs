@@ -278,6 +278,11 @@ const FAST_TRANSACTION: &[&str] = &["@fast", "@transaction"];
 
 /// `now` as the lease commands take it: optional, in seconds.
 const NOW: Arg = optional(arg("now", ArgKind::Double));
+/// The arguments that name a lease: `LEASE.RELEASE`'s and `LEASE.DELDATA`'s.
+const LEASE_ID_TOKEN: &[Arg] = &[
+    arg("lease_id", ArgKind::String),
+    arg("token", ArgKind::Integer),
+];
 
 /// A run id named as a key.
 const KEY: Arg = arg("key", ArgKind::Key);
@@ -372,10 +377,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         flags: LEASE_WRITE,
         acl_categories: LEASE_ACL,
-        args: &[
-            arg("lease_id", ArgKind::String),
-            arg("token", ArgKind::Integer),
-        ],
+        args: LEASE_ID_TOKEN,
         ..command(
             "lease.release",
             3,
@@ -429,10 +431,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         flags: LEASE_WRITE,
         acl_categories: LEASE_ACL,
-        args: &[
-            arg("lease_id", ArgKind::String),
-            arg("token", ArgKind::Integer),
-        ],
+        args: LEASE_ID_TOKEN,
         ..command(
             "lease.deldata",
             3,

@@ -601,18 +601,13 @@ fn check_shape(start: &[u8], len: usize) -> Result<(), String> {
     let (name, expected) = match kind {
         PUT => return check_put_shape(start, len as u64),
         SET_DATA => {
-            return check_data_shape(
-                start,
-                len as u64,
-                "a set-data",
-                SET_DATA_FIXED_LEN,
-                Some(16),
-            );
+            let value = Some((16, "value"));
+            return check_ids_shape(start, len as u64, "set-data", SET_DATA_FIXED_LEN, value);
         }
         DEL_DATA => {
-            return check_data_shape(start, len as u64, "a del-data", DEL_DATA_FIXED_LEN, None);
+            return check_ids_shape(start, len as u64, "del-data", DEL_DATA_FIXED_LEN, None);
         }
-        ORPHAN => return check_data_shape(start, len as u64, "an orphan", ORPHAN_FIXED_LEN, None),
+        ORPHAN => return check_ids_shape(start, len as u64, "orphan", ORPHAN_FIXED_LEN, None),
         EXTEND => ("an extend", EXTEND_LEN),
         LOCK_DELAY => ("a lock-delay", EXTEND_LEN),
         REMOVE => ("a remove", ONE_FIELD_LEN),
@@ -627,53 +622,28 @@ fn check_shape(start: &[u8], len: usize) -> Result<(), String> {
 }
 
 fn check_put_shape(start: &[u8], len: u64) -> Result<(), String> {
-    if len < PUT_FIXED_LEN {
-        return Err(format!(
-            "a put record is at least {PUT_FIXED_LEN} bytes long, not {len}"
-        ));
-    }
-    let Some(run_len) = u32_at(start, 1) else {
-        return Ok(());
-    };
-    let run_len = u64::from(run_len);
-    if PUT_FIXED_LEN + run_len > len {
-        return Err(format!(
-            "a {run_len}-byte run id does not fit in a {len}-byte put record"
-        ));
-    }
-    // Below len, so it fits a usize.
-    let Some(worker_len) = u32_at(start, 5 + run_len as usize) else {
-        return Ok(());
-    };
-    let worker_len = u64::from(worker_len);
-    let expected = PUT_FIXED_LEN + run_len + worker_len;
-    if expected > len {
-        return Err(format!(
-            "a {worker_len}-byte worker id does not fit in a {len}-byte put record"
-        ));
-    }
-    if expected < len {
-        return Err(format!(
-            "a put record with a {run_len}-byte run id and a {worker_len}-byte worker id \
-             is {expected} bytes long, not {len}"
-        ));
-    }
-    Ok(())
+    check_ids_shape(start, len, "put", PUT_FIXED_LEN, Some((0, "worker id")))
 }
 
-/// [`check_shape`] for the run data records: a run id first, then fixed
-/// fields, and for `SetData` a value whose length follows `value_gap`
-/// bytes of fixed fields after the run id.
-fn check_data_shape(
+/// The shape of a record that starts with a run id: `fixed` bytes besides
+/// its variable parts, and optionally a second length-prefixed part
+/// (`Put`'s worker id, `SetData`'s value) whose length follows `gap` bytes
+/// of fixed fields after the run id.
+fn check_ids_shape(
     start: &[u8],
     len: u64,
-    name: &str,
+    kind: &str,
     fixed: u64,
-    value_gap: Option<usize>,
+    second: Option<(usize, &str)>,
 ) -> Result<(), String> {
+    let a = if kind.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    };
     if len < fixed {
         return Err(format!(
-            "{name} record is at least {fixed} bytes long, not {len}"
+            "{a} {kind} record is at least {fixed} bytes long, not {len}"
         ));
     }
     let Some(run_len) = u32_at(start, 1) else {
@@ -682,21 +652,32 @@ fn check_data_shape(
     let run_len = u64::from(run_len);
     if fixed + run_len > len {
         return Err(format!(
-            "a {run_len}-byte run id does not fit in a {len}-byte {name} record"
+            "a {run_len}-byte run id does not fit in a {len}-byte {kind} record"
         ));
     }
-    let value_len = match value_gap {
-        // Below len, so it fits a usize.
-        Some(gap) => match u32_at(start, 5 + run_len as usize + gap) {
-            Some(value_len) => u64::from(value_len),
-            None => return Ok(()),
-        },
-        None => 0,
+    let Some((gap, what)) = second else {
+        let expected = fixed + run_len;
+        if expected != len {
+            return Err(format!(
+                "{a} {kind} record with a {run_len}-byte run id is {expected} bytes long, not {len}"
+            ));
+        }
+        return Ok(());
     };
-    let expected = fixed + run_len + value_len;
-    if expected != len {
+    // Below len, so it fits a usize.
+    let Some(second_len) = u32_at(start, 5 + run_len as usize + gap) else {
+        return Ok(());
+    };
+    let second_len = u64::from(second_len);
+    let expected = fixed + run_len + second_len;
+    if expected > len {
         return Err(format!(
-            "{name} record with a {run_len}-byte run id and a {value_len}-byte value \
+            "a {second_len}-byte {what} does not fit in a {len}-byte {kind} record"
+        ));
+    }
+    if expected < len {
+        return Err(format!(
+            "{a} {kind} record with a {run_len}-byte run id and a {second_len}-byte {what} \
              is {expected} bytes long, not {len}"
         ));
     }
