@@ -109,6 +109,23 @@ fn above_maxmemory_new_runs_get_oom_and_everything_else_goes_on() {
     );
     assert_eq!(fill_from(&mut con, 20_000_000), OOM);
 
+    // Run data grows memory whatever the run: SETDATA gets OOM too, and
+    // DELDATA goes on.
+    let lease = run_lease(&mut con, 10_000_000);
+    let set = redis::cmd("LEASE.SETDATA")
+        .arg(&lease.lease_id)
+        .arg(lease.fencing_token)
+        .arg("checkpoint")
+        .query::<Value>(&mut con)
+        .expect_err("OOM");
+    assert_eq!(common::client::error_line(&set), OOM);
+    let deleted: i64 = redis::cmd("LEASE.DELDATA")
+        .arg(&lease.lease_id)
+        .arg(lease.fencing_token)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(deleted, 0);
+
     // CONFIG SET maxmemory 0 lifts the limit at once.
     let ok: Value = redis::cmd("CONFIG")
         .arg("SET")

@@ -399,7 +399,8 @@ pub static COMMANDS: &[CommandSpec] = &[
         )
     },
     CommandSpec {
-        flags: LEASE_WRITE,
+        // Redis's `denyoom`: refused above `maxmemory`.
+        flags: LEASE_WRITE.union(Flags::DENYOOM),
         acl_categories: LEASE_ACL,
         complexity: "O(N) where N is the length of the value",
         args: &[

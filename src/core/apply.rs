@@ -74,6 +74,11 @@ impl Core {
         {
             return Some(Refusal::OutOfMemory);
         }
+        if let Op::SetData { .. } = op
+            && self.data_over_maxmemory(round)
+        {
+            return Some(Refusal::OutOfMemory);
+        }
         None
     }
 

@@ -7,6 +7,9 @@
 //! have left slots to reuse: the allocator keeps what the registry freed,
 //! so memory does not fall back under the limit, but it no longer grows.
 //!
+//! Above the limit `LEASE.SETDATA` gets `OOM` too: run data grows memory
+//! whatever the run.
+//!
 //! The figure compared is jemalloc's `allocated`, INFO's `used_memory`.
 //! Reading it refreshes all of jemalloc's statistics (about 0.1 ms), so
 //! the core reads it at most every [`SAMPLE_EVERY`], and only while a
@@ -39,6 +42,14 @@ impl Core {
         round.maxmemory > 0
             && self.registry.would_grow(run_id)
             && self.allocated() > round.maxmemory
+    }
+
+    /// Whether a `LEASE.SETDATA` must be refused for `maxmemory`: a limit
+    /// is set and memory is above it. Any SETDATA may grow memory (by up
+    /// to `lease-max-data-len`), so, as Redis refuses its `denyoom`
+    /// commands, it is refused; `LEASE.DELDATA` goes on and frees.
+    pub(super) fn data_over_maxmemory(&mut self, round: &Round) -> bool {
+        round.maxmemory > 0 && self.allocated() > round.maxmemory
     }
 
     /// The memory allocated, read again if the last reading is stale.
