@@ -503,7 +503,8 @@ impl Registry {
 
     /// Removes up to `max` leases whose retention has run out, earliest
     /// first, each a logged change, then, in what is left of `max`, run
-    /// data orphaned `retention` ago; returns how many of both.
+    /// data orphaned `retention` ago; returns how many leases (INFO's
+    /// `leases_reclaimed` and `expired_keys` count leases, not data).
     pub fn reclaim(&mut self, max: usize) -> usize {
         let mut done = 0;
         while done < max {
@@ -519,10 +520,11 @@ impl Registry {
             self.reclaim_slot(slot);
             done += 1;
         }
+        let leases = done;
         while done < max && self.sweep_orphan() {
             done += 1;
         }
-        done
+        leases
     }
 
     fn second_due(&self, second: i64) -> bool {
