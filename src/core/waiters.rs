@@ -9,7 +9,7 @@
 //! delay, on the server's clock, in seconds), and when each waiter's
 //! `BLOCK` timeout runs out (on tokio's clock). Waiters are not durable.
 
-use std::cmp::{Ordering, Reverse};
+use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use bytes::Bytes;
@@ -17,7 +17,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::Refusal;
-use crate::registry::{Lease, RunData};
+use crate::registry::{Lease, RunData, Seconds};
 
 /// What a blocked acquire ends with.
 #[derive(Debug)]
@@ -55,24 +55,6 @@ impl Waiter {
     /// Whether its client still waits (its connection holds the receiver).
     fn waiting(&self) -> bool {
         !self.reply.is_closed()
-    }
-}
-
-/// A time on the server's clock, ordered (never NaN).
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct Seconds(f64);
-
-impl Eq for Seconds {}
-
-impl PartialOrd for Seconds {
-    fn partial_cmp(&self, other: &Seconds) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Seconds {
-    fn cmp(&self, other: &Seconds) -> Ordering {
-        self.0.total_cmp(&other.0)
     }
 }
 

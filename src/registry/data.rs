@@ -20,11 +20,12 @@
 //! read treats data that is due as gone, swept or not (a read never
 //! writes).
 
-use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 
 use bytes::Bytes;
+
+use super::Seconds;
 
 /// A run's checkpoint as the registry reports it.
 #[derive(Clone, Debug, PartialEq)]
@@ -54,24 +55,6 @@ struct Entry {
     orphaned_at: Option<f64>,
 }
 
-/// A time ordered as a key (times here are never NaN).
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct At(f64);
-
-impl Eq for At {}
-
-impl PartialOrd for At {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for At {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.0.total_cmp(&other.0)
-    }
-}
-
 /// Bytes an entry costs beyond its run id and value: the entry, and the
 /// map's share of a node (an estimate).
 const ENTRY_OVERHEAD: usize = 96;
@@ -82,7 +65,7 @@ pub(super) struct DataStore {
     /// Ordered by run, so a snapshot can walk it a chunk at a time from
     /// the last run it wrote.
     by_run: BTreeMap<Bytes, Entry>,
-    orphans: BTreeSet<(At, Bytes)>,
+    orphans: BTreeSet<(Seconds, Bytes)>,
     /// The bytes the data holds (run ids, values, an estimate per entry).
     memory: usize,
 }
@@ -131,7 +114,7 @@ impl DataStore {
             return false;
         };
         if let Some(at) = entry.orphaned_at {
-            self.orphans.remove(&(At(at), run.clone()));
+            self.orphans.remove(&(Seconds(at), run.clone()));
         }
         self.memory -= run.len() + entry.data.value.len() + ENTRY_OVERHEAD;
         true
@@ -144,9 +127,9 @@ impl DataStore {
         };
         let run = run.clone();
         if let Some(old) = entry.orphaned_at {
-            self.orphans.remove(&(At(old), run.clone()));
+            self.orphans.remove(&(Seconds(old), run.clone()));
         }
-        self.orphans.insert((At(at), run));
+        self.orphans.insert((Seconds(at), run));
         if let Some(entry) = self.by_run.get_mut(run_id) {
             entry.orphaned_at = Some(at);
         }
@@ -159,7 +142,7 @@ impl DataStore {
             && let Some(at) = entry.orphaned_at.take()
         {
             self.orphans
-                .remove(&(At(at), Bytes::copy_from_slice(run_id)));
+                .remove(&(Seconds(at), Bytes::copy_from_slice(run_id)));
         }
     }
 

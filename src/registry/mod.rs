@@ -36,6 +36,7 @@ mod events;
 mod health;
 mod index;
 mod op;
+mod seconds;
 mod table;
 
 pub use change::{Change, LeaseRecord};
@@ -44,6 +45,7 @@ pub use events::{Event, EventKind};
 pub use health::{Health, Refused, SLACK_BOUNDS, TenureEnd};
 pub use index::Retired;
 pub use op::{IdKind, Op, Outcome};
+pub use seconds::Seconds;
 
 use bytes::Bytes;
 
