@@ -220,9 +220,13 @@ fn memory(out: &mut String, context: &Context) {
     line(out, "mem_clients_normal", clients);
     line(out, "mem_allocator", system::allocator_name());
     // Run data (LEASE.SETDATA): counted in used_memory as well; this is its
-    // own share, run ids, values and an estimate of the bookkeeping.
+    // own share, run ids, values and an estimate of the bookkeeping (of
+    // runs that keep only history too). Past tenures (LEASE.HISTORY) are
+    // apart: their packed bytes, and how many.
     line(out, "mem_run_data", context.report.run_data_bytes);
     line(out, "run_data_runs", context.report.run_data);
+    line(out, "mem_run_history", context.report.history_bytes);
+    line(out, "run_history_entries", context.report.history_entries);
     line(out, "active_defrag_running", 0);
     line(out, "lazyfree_pending_objects", 0);
 }

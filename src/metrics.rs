@@ -695,6 +695,8 @@ mod tests {
                 blocked_clients: 0,
                 run_data: 0,
                 run_data_bytes: 0,
+                history_entries: 0,
+                history_bytes: 0,
                 commands,
                 health,
                 log: Some(LogStatus {

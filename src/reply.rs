@@ -13,7 +13,7 @@ use bytes::{Bytes, BytesMut};
 use redis_protocol::resp2::types::BytesFrame as Resp2Frame;
 use redis_protocol::resp3::types::{BytesFrame as Resp3Frame, VerbatimStringFormat};
 
-use crate::registry::{Lease, RunData};
+use crate::registry::{Lease, RunData, Tenure};
 
 /// The protocol a connection speaks; `HELLO` switches it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,6 +152,33 @@ impl Reply {
                 Reply::Int(data.fencing_token as i64),
             ),
             (Reply::text("written_at"), Reply::Double(data.written_at)),
+        ])
+    }
+
+    /// A tenure in `LEASE.HISTORY`'s reply: `lease_id`, `worker_id`,
+    /// `fencing_token`, `acquired_at`, `expires_at`, `ended_at` (null
+    /// while active), `end`, `heartbeats`.
+    pub fn tenure(tenure: Tenure) -> Reply {
+        let ended_at = tenure.ended_at.map_or(Reply::Null, Reply::Double);
+        let end = Reply::text(tenure.end_name());
+        Reply::Map(vec![
+            (Reply::text("lease_id"), Reply::Bulk(tenure.lease_id)),
+            (Reply::text("worker_id"), Reply::Bulk(tenure.worker_id)),
+            (
+                Reply::text("fencing_token"),
+                Reply::Int(tenure.fencing_token as i64),
+            ),
+            (
+                Reply::text("acquired_at"),
+                Reply::Double(tenure.acquired_at),
+            ),
+            (Reply::text("expires_at"), Reply::Double(tenure.expires_at)),
+            (Reply::text("ended_at"), ended_at),
+            (Reply::text("end"), end),
+            (
+                Reply::text("heartbeats"),
+                Reply::Int(i64::from(tenure.heartbeats)),
+            ),
         ])
     }
 

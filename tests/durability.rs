@@ -496,7 +496,7 @@ const SMALL_STEPS: &[Step] = &[
         Some(1013.0),
     ),
     // Run data: set by holders (SetData, then Time), refused for a stale
-    // token, and orphaned by a release (Orphan, then Remove).
+    // token, and orphaned by a release (one Release record).
     step(
         &[b"LEASE.SETDATA", b"b:c:w:6", b"6", b"cp-b", b"1014"],
         Some(1),
@@ -538,6 +538,8 @@ struct Snapshot {
     last_token: i64,
     /// LEASE.GETDATA of the same runs: value and token.
     data: Vec<Option<(Vec<u8>, i64)>>,
+    /// LEASE.HISTORY of the same runs, as replied.
+    history: Vec<Value>,
 }
 
 struct SmallLog {
@@ -582,6 +584,21 @@ fn small_data(con: &mut Client) -> Vec<Option<(Vec<u8>, i64)>> {
         .collect()
 }
 
+/// LEASE.HISTORY of each of the small log's runs. At the server's clock
+/// every lease of the small log (explicit `now`s near 1000) has expired,
+/// so the replies do not depend on when they are read either.
+fn small_history(con: &mut Client) -> Vec<Value> {
+    small_runs()
+        .iter()
+        .map(|run| {
+            redis::cmd("LEASE.HISTORY")
+                .arg(&run[..])
+                .query(con)
+                .expect("LEASE.HISTORY")
+        })
+        .collect()
+}
+
 fn small_state(con: &mut Client) -> Vec<Option<Lease>> {
     get_all(con, &small_runs())
         .into_iter()
@@ -606,6 +623,7 @@ fn build_small_log() -> SmallLog {
         time: 0.0,
         last_token: 0,
         data: vec![None; SMALL_RUNS.len() + 1],
+        history: vec![Value::Array(Vec::new()); SMALL_RUNS.len() + 1],
     }];
     let mut ends = vec![log_len()];
     let (mut time, mut last_token) = (0.0f64, 0);
@@ -632,6 +650,7 @@ fn build_small_log() -> SmallLog {
             time,
             last_token,
             data: small_data(&mut con),
+            history: small_history(&mut con),
         });
     }
     server.stop();
@@ -672,12 +691,14 @@ fn frames(log: &[u8]) -> Vec<Frame> {
         let payload = at + 8;
         let kind = log[payload];
         let token = match kind {
-            1 => {
+            // Put (without and with its tenure).
+            1 | 14 => {
                 let run_len = u32_at(payload + 1);
                 let worker_len = u32_at(payload + 5 + run_len);
                 Some(u64_at(payload + 9 + run_len + worker_len))
             }
-            2 | 3 => Some(u64_at(payload + 1)),
+            // Extend, Remove, Beat, Release.
+            2 | 3 | 10 | 11 => Some(u64_at(payload + 1)),
             _ => None,
         };
         frames.push(Frame {
@@ -715,6 +736,7 @@ impl SmallLog {
                 last_token: before.last_token,
                 time: after.time,
                 data: before.data.clone(),
+                history: before.history.clone(),
             },
         ]
     }
@@ -784,12 +806,16 @@ fn check_prefix(
         time,
         last_token: 0,
         data: small_data(&mut con),
+        history: small_history(&mut con),
     };
     let expected = small.expected_at(good);
     let matching: Vec<&Snapshot> = expected
         .iter()
         .filter(|s| {
-            s.leases == observed.leases && s.time == observed.time && s.data == observed.data
+            s.leases == observed.leases
+                && s.time == observed.time
+                && s.data == observed.data
+                && s.history == observed.history
         })
         .collect();
     let Some(snapshot) = matching.first() else {
@@ -821,8 +847,8 @@ fn check_every_prefix(with_ceiling: bool) {
     let kinds: HashSet<u8> = frames.iter().map(|f| f.kind).collect();
     assert_eq!(
         kinds,
-        HashSet::from([1, 2, 3, 4, 7, 9]),
-        "Put, Extend, Remove, Time, SetData, Orphan"
+        HashSet::from([4, 7, 10, 11, 14]),
+        "Time, SetData, Beat, Release, Put"
     );
     let next = AtomicUsize::new(0);
     let failures = Mutex::new(Vec::new());
@@ -946,7 +972,7 @@ fn takeover_put(small: &SmallLog) -> Frame {
     let frames = frames(&small.bytes);
     let frame = *frames
         .iter()
-        .find(|f| f.kind == 1 && f.token == Some(5))
+        .find(|f| f.kind == 14 && f.token == Some(5))
         .expect("the takeover's Put");
     assert!(frame.end < small.bytes.len() - 100, "not near the end");
     frame
@@ -987,7 +1013,7 @@ fn a_torn_final_record_is_cut_with_a_warning_and_the_rest_loads() {
     let frames = frames(&small.bytes);
     let last = *frames.last().unwrap();
     // The lagging acquire of `late` (token 8) wrote the last record alone.
-    assert_eq!((last.kind, last.token), (1, Some(8)));
+    assert_eq!((last.kind, last.token), (14, Some(8)));
     let (_temp, dir) = data_dir();
     let torn = &small.bytes[..small.bytes.len() - 3];
     small.write_dir(&dir, torn, true);
@@ -1449,12 +1475,13 @@ fn the_log_is_rewritten_automatically_when_it_grows() {
     assert_eq!(con.dbsize(), 1);
 }
 
-/// A snapshot has no record of released leases, yet tokens and registry
-/// time must survive it even in a directory without the token ceiling.
+/// A snapshot has no record of released leases (without history), yet
+/// tokens and registry time must survive it even in a directory without
+/// the token ceiling.
 #[test]
 fn a_rewritten_log_keeps_the_last_token_and_registry_time() {
     let (_temp, dir) = data_dir();
-    let args = ["--lease-ttl", "10"];
+    let args = ["--lease-ttl", "10", "--lease-history-len", "0"];
     let mut server = start(&dir, &args);
     let mut con = server.typed();
     for run in ["r1", "r2", "r3"] {
@@ -1476,7 +1503,7 @@ fn a_rewritten_log_keeps_the_last_token_and_registry_time() {
     server.stop();
     let log = fs::read(dir.join(LOG)).unwrap();
     let kinds: Vec<u8> = frames(&log).iter().map(|f| f.kind).collect();
-    assert_eq!(kinds, [5, 4, 1], "LastToken, Time, then the one lease");
+    assert_eq!(kinds, [5, 4, 14], "LastToken, Time, then the one lease");
 
     // The log alone, in a new directory.
     let (_other, moved) = data_dir();

@@ -47,7 +47,7 @@ pub(super) struct Rewrite {
     pub(super) cursor: Option<usize>,
     /// Then the run data: `Some(None)` from the first run, `Some(Some(run))`
     /// after `run`, `None` once it is out.
-    pub(super) data_cursor: Option<Option<Bytes>>,
+    pub(super) runs_cursor: Option<Option<Bytes>>,
     /// Everything committed since the rewrite began.
     pub(super) since_start: BytesMut,
     pub(super) started: Instant,
@@ -74,7 +74,7 @@ impl Rewrite {
             chunks: Some(chunks),
             written,
             cursor: Some(0),
-            data_cursor: Some(None),
+            runs_cursor: Some(None),
             since_start: BytesMut::new(),
             started: Instant::now(),
             held: None,
@@ -98,12 +98,12 @@ impl Rewrite {
             }
             // The leases are out; then the run data, a chunk of runs at a
             // time, in run order.
-            (None, None) if self.data_cursor.is_some() => {
+            (None, None) if self.runs_cursor.is_some() => {
                 let mut out = BytesMut::new();
-                let after = self.data_cursor.take().flatten();
-                self.data_cursor = registry
-                    .snapshot_data(after.as_deref(), REWRITE_CHUNK, |data| {
-                        format::encode_data(&data, &mut out)
+                let after = self.runs_cursor.take().flatten();
+                self.runs_cursor = registry
+                    .snapshot_runs(after.as_deref(), REWRITE_CHUNK, |run| {
+                        format::encode_run(&run, &mut out)
                     })
                     .map(Some);
                 out
@@ -124,11 +124,11 @@ impl Rewrite {
             }
             Err(TrySendError::Disconnected(_)) => {
                 self.cursor = None;
-                self.data_cursor = None;
+                self.runs_cursor = None;
             }
         }
         if self.cursor.is_none()
-            && self.data_cursor.is_none()
+            && self.runs_cursor.is_none()
             && self.held.is_none()
             && self.since_start.len() <= CATCH_UP
         {

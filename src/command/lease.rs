@@ -2,7 +2,7 @@
 //! registry [`Op`] for the core.
 
 use super::Command;
-use super::args::{Args, float_arg, optional_now, syntax_error, token_arg};
+use super::args::{Args, float_arg, not_an_integer, optional_now, syntax_error, token_arg};
 use super::keyspace::scan_args;
 use std::time::Duration;
 
@@ -166,6 +166,29 @@ pub fn parse_deldata(args: &mut Args) -> Result<Command, Reply> {
     let lease_id = args.required();
     let token = token_arg(&args.required())?;
     Ok(Command::Lease(Op::DelData { lease_id, token }))
+}
+
+/// `LEASE.HISTORY run [COUNT n]`: `COUNT` must be positive, as Redis's
+/// `LPOP key count` words it.
+pub fn parse_history(args: &mut Args) -> Result<Command, Reply> {
+    let run_id = args.required();
+    let mut count = usize::MAX;
+    while let Some(option) = args.next() {
+        let Some(value) = args.next() else {
+            return Err(syntax_error());
+        };
+        if !option.eq_ignore_ascii_case(b"count") {
+            return Err(syntax_error());
+        }
+        count = match parse_i64(&value) {
+            None => return Err(not_an_integer()),
+            Some(n) if n < 1 => {
+                return Err(Reply::error("ERR value is out of range, must be positive"));
+            }
+            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+        };
+    }
+    Ok(Command::Lease(Op::History { run_id, count }))
 }
 
 /// `LEASE.WAITERS run`

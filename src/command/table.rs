@@ -430,6 +430,22 @@ pub static COMMANDS: &[CommandSpec] = &[
         )
     },
     CommandSpec {
+        flags: Flags::READONLY,
+        acl_categories: &["@keyspace", "@read", "@slow"],
+        complexity: "O(N) where N is the number of tenures returned (at most lease-history-len)",
+        args: &[
+            arg("run", ArgKind::String),
+            optional(token("COUNT", arg("count", ArgKind::Integer))),
+        ],
+        ..command(
+            "lease.history",
+            -2,
+            "lease",
+            "Return a run's most recent tenures, newest first: who held it, from when, and how each ended",
+            parse_history,
+        )
+    },
+    CommandSpec {
         flags: LEASE_WRITE,
         acl_categories: LEASE_ACL,
         args: LEASE_ID_TOKEN,

@@ -467,6 +467,16 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         show: |c| c.lease_max_data_len.to_string(),
     },
     Directive {
+        name: "lease-history-len",
+        default: &["8"],
+        value_name: "COUNT",
+        help: "Tenures LEASE.HISTORY keeps per run, the current one included (0 to 1000); 0 keeps none",
+        syntax: Syntax::One,
+        flags: MUTABLE,
+        set: set_lease_history_len,
+        show: |c| c.lease_history_len.to_string(),
+    },
+    Directive {
         name: "tls-port",
         default: &["0"],
         value_name: "PORT",
@@ -731,6 +741,11 @@ fn set_lease_max_data_len(config: &mut Config, args: &[String]) -> Result<(), Re
     Ok(())
 }
 
+fn set_lease_history_len(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
+    config.lease_history_len = expect(integer_in(&args[0], 0..=1000), "an integer from 0 to 1000")?;
+    Ok(())
+}
+
 fn set_io_threads(config: &mut Config, args: &[String]) -> Result<(), Refusal> {
     config.io_threads = expect(integer_in(&args[0], 1..=128), "an integer from 1 to 128")?;
     Ok(())
@@ -972,6 +987,7 @@ impl Default for Config {
             },
             lease_max_id_len: 0,
             lease_max_data_len: 0,
+            lease_history_len: 0,
             tls_port: 0,
             tls_cert_file: None,
             tls_key_file: None,

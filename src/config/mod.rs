@@ -116,6 +116,8 @@ pub struct Config {
     pub lease_max_id_len: usize,
     /// The longest run data `LEASE.SETDATA` accepts, in bytes.
     pub lease_max_data_len: usize,
+    /// Tenures `LEASE.HISTORY` keeps per run; 0 keeps none.
+    pub lease_history_len: usize,
     /// TLS port on every `bind` address; 0: no TLS listener.
     pub tls_port: u16,
     /// The server's certificate chain and private key (PEM), needed with

@@ -664,6 +664,7 @@ fn config_get_all_in_table_order() {
         ),
         ("lease-max-id-len", "1024"),
         ("lease-max-data-len", "65536"),
+        ("lease-history-len", "8"),
         ("tls-port", "0"),
         ("tls-cert-file", ""),
         ("tls-key-file", ""),
@@ -695,7 +696,8 @@ fn config_get_patterns() {
             "lease-lock-delay",
             "lease-max-lock-delay",
             "lease-max-id-len",
-            "lease-max-data-len"
+            "lease-max-data-len",
+            "lease-history-len"
         ]
     );
     assert_eq!(names(&config, "appendonly"), ["appendonly"]);
@@ -1017,6 +1019,7 @@ fn mutable_directives_are_the_runtime_ones() {
             "client-output-buffer-limit",
             "lease-max-id-len",
             "lease-max-data-len",
+            "lease-history-len",
         ]
     );
     assert!(is_sensitive(b"requirepass"));

@@ -112,6 +112,7 @@ pub(super) fn outcome_reply(outcome: Outcome) -> Reply {
             Reply::error("ERR every fencing token up to 2^63-1 has been issued")
         }
         Outcome::Data(data) => data.map_or(Reply::Null, |data| Reply::run_data(&data)),
+        Outcome::History(tenures) => Reply::Array(tenures.into_iter().map(Reply::tenure).collect()),
         Outcome::Inspected(_) | Outcome::Run(_) => {
             unreachable!("only the keyspace view inspects")
         }

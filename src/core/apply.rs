@@ -119,6 +119,8 @@ impl Core {
             blocked_clients: self.waiters.count(),
             run_data: self.registry.data_count(),
             run_data_bytes: self.registry.data_memory(),
+            history_entries: self.registry.history_entries(),
+            history_bytes: self.registry.history_memory(),
             commands: self.stats.clone(),
             health: self.registry.health().clone(),
             log: self.log.as_ref().map(Log::status),
@@ -126,9 +128,9 @@ impl Core {
     }
 
     /// `CONFIG SET`: the new configuration, whole or not at all; the core
-    /// applies what it owns (the registry's TTL, lock delay and retention,
-    /// the log's fsync and rewrite settings), then every reader sees the
-    /// new one.
+    /// applies what it owns (the registry's TTL, lock delay, retention and
+    /// history length, the log's fsync and rewrite settings), then every
+    /// reader sees the new one.
     fn configure(&mut self, pairs: &[(Bytes, Bytes)]) -> Result<(), SetError> {
         let old = self.shared.config();
         let pairs: Vec<(&[u8], &[u8])> = pairs.iter().map(|(n, v)| (&n[..], &v[..])).collect();
@@ -136,6 +138,7 @@ impl Core {
         self.registry.set_default_ttl(new.lease_ttl);
         self.registry.set_default_lock_delay(new.lease_lock_delay);
         self.registry.set_retention(new.lease_retention);
+        self.registry.set_history_len(new.lease_history_len);
         if let Some(log) = &mut self.log {
             log.set_fsync(new.appendfsync);
             log.set_rewrite_thresholds(

@@ -264,6 +264,8 @@ fn load(
 ) -> Result<(Registry, Option<Log>), OpenError> {
     let mut registry = Registry::new(config.lease_ttl, last_token);
     registry.set_retention(config.lease_retention);
+    // Before the replay: a log's history is kept as far as this allows.
+    registry.set_history_len(config.lease_history_len);
     // Memory only: the start-up warnings (crate::warnings) say so.
     if !config.appendonly {
         return Ok((registry, None));

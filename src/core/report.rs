@@ -28,6 +28,9 @@ pub struct CoreReport {
     /// Runs with run data (`LEASE.SETDATA`), and the bytes it holds.
     pub run_data: usize,
     pub run_data_bytes: usize,
+    /// Past tenures kept for `LEASE.HISTORY`, and their bytes.
+    pub history_entries: usize,
+    pub history_bytes: usize,
     pub commands: CommandStats,
     /// How heartbeats and tenures fared, as the registry counted them.
     pub health: Health,

@@ -2,7 +2,7 @@
 //!
 //! Slots are numbered from 0 and stored in chunks of a fixed size, so the
 //! arena grows and shrinks a chunk at a time: a million leases never have
-//! to be copied to a larger block in one go (a 56 MB copy, tens of
+//! to be copied to a larger block in one go (a 72 MB copy, tens of
 //! milliseconds with every client waiting). A freed slot is reused lowest
 //! first, so live slots gather at the front and the end can be given back.
 
@@ -13,7 +13,7 @@ pub trait Vacancy {
 }
 
 const CHUNK_BITS: u32 = 12;
-/// Slots per chunk: 4,096 (229 KB of 56-byte slots).
+/// Slots per chunk: 4,096 (295 KB of 72-byte slots).
 const CHUNK: usize = 1 << CHUNK_BITS;
 
 #[derive(Debug)]

@@ -3,9 +3,10 @@
 
 use bytes::Bytes;
 
-use super::Registry;
-use super::data::DataRecord;
+use super::history::PastTenure;
+use super::runs::RunRecord;
 use super::table::NewLease;
+use super::{Registry, TenureEnd};
 
 /// A change to the registry's state, as the append-only log records it.
 /// Every change sets state outright instead of relative to what was there,
@@ -14,16 +15,30 @@ use super::table::NewLease;
 /// the right state.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Change {
-    /// The run's current lease is this one, replacing any it had.
+    /// The run's current lease is this one, replacing any it had; it was
+    /// acquired at `acquired_at` (`None` in logs from before tenure
+    /// history: replay takes registry time) and has had `heartbeats`
+    /// heartbeats (0 but in a snapshot).
     Put {
         run_id: Bytes,
         worker_id: Bytes,
         fencing_token: u64,
         expires_at: f64,
         ttl: f64,
+        acquired_at: Option<f64>,
+        heartbeats: u32,
     },
-    /// The lease with this token, if there is one, expires at `expires_at`.
+    /// The lease with this token, if there is one, expires at `expires_at`
+    /// and has had one more heartbeat (logs before `Beat` have these).
     Extend { fencing_token: u64, expires_at: f64 },
+    /// The lease with this token, if there is one, expires at `expires_at`
+    /// and has had `heartbeats` heartbeats: a heartbeat. The count is set
+    /// outright, so a heartbeat both in a snapshot and after it counts once.
+    Beat {
+        fencing_token: u64,
+        expires_at: f64,
+        heartbeats: u32,
+    },
     /// The lease with this token, if there is one, is gone.
     Remove { fencing_token: u64 },
     /// Registry time is at least this.
@@ -44,10 +59,23 @@ pub enum Change {
     },
     /// The run has no data.
     DelData { run_id: Bytes },
-    /// The run's data, if it has any, was orphaned at `at`: its run's last
-    /// lease was released then. Logged because the data's due time counts
-    /// from it and a release does not move registry time.
+    /// The run's data and history, if it has any, were orphaned at `at`:
+    /// its run's last lease was released then (a snapshot's record of an
+    /// orphan; a release itself logs [`Change::Release`]).
     Orphan { run_id: Bytes, at: f64 },
+    /// The lease with this token, if there is one, was released at `at`
+    /// (the server's clock or registry time, whichever was later): its
+    /// tenure ends `released`, or `released-late` when `at` is not before
+    /// its `expires_at`; its run's data and history are orphaned at `at`
+    /// (a release does not move registry time, so the due time is
+    /// logged); the lease is gone.
+    Release { fencing_token: u64, at: f64 },
+    /// The run has no data and no history: its last lease's retention ran
+    /// out.
+    Forget { run_id: Bytes },
+    /// The run's history has this past tenure, after those it has (a
+    /// snapshot's record; one it has already is not added again).
+    Past { run_id: Bytes, tenure: PastTenure },
 }
 
 /// A lease as a snapshot reads it, borrowed from the registry: written to
@@ -61,6 +89,8 @@ pub struct LeaseRecord<'a> {
     pub ttl: f64,
     /// 0 for none.
     pub lock_delay: f64,
+    pub acquired_at: f64,
+    pub heartbeats: u32,
 }
 
 impl LeaseRecord<'_> {
@@ -73,6 +103,8 @@ impl LeaseRecord<'_> {
             fencing_token: self.fencing_token,
             expires_at: self.expires_at,
             ttl: self.ttl,
+            acquired_at: Some(self.acquired_at),
+            heartbeats: self.heartbeats,
         };
         let lock_delay = (self.lock_delay > 0.0).then_some(Change::LockDelay {
             fencing_token: self.fencing_token,
@@ -82,22 +114,28 @@ impl LeaseRecord<'_> {
     }
 }
 
-impl DataRecord<'_> {
-    /// The changes that recreate this run's data: its `SetData`, and its
-    /// `Orphan` when its run has no lease.
+impl RunRecord<'_> {
+    /// The changes that recreate this run's entry: its `SetData` when it
+    /// has data, a `Past` per past tenure, oldest first, and its `Orphan`
+    /// when its run has no lease.
     pub fn to_changes(&self) -> impl Iterator<Item = Change> + use<> {
         let run_id = Bytes::copy_from_slice(self.run_id);
-        let orphan = self.orphaned_at.map(|at| Change::Orphan {
+        let set = self.data.map(|data| Change::SetData {
             run_id: run_id.clone(),
-            at,
+            value: data.value.clone(),
+            fencing_token: data.fencing_token,
+            written_at: data.written_at,
         });
-        let set = Change::SetData {
-            run_id,
-            value: Bytes::copy_from_slice(self.value),
-            fencing_token: self.fencing_token,
-            written_at: self.written_at,
-        };
-        std::iter::once(set).chain(orphan)
+        let past: Vec<Change> = self
+            .history
+            .iter()
+            .map(|tenure| Change::Past {
+                run_id: run_id.clone(),
+                tenure: tenure.clone(),
+            })
+            .collect();
+        let orphan = self.orphaned_at.map(|at| Change::Orphan { run_id, at });
+        set.into_iter().chain(past).chain(orphan)
     }
 }
 
@@ -113,10 +151,22 @@ impl Registry {
                 fencing_token,
                 expires_at,
                 ttl,
+                acquired_at,
+                heartbeats,
             } => {
                 self.last_token = self.last_token.max(fencing_token);
-                // The run has a lease again: its data is no orphan.
-                self.data.adopt(&run_id);
+                // A lease older than the run's: a snapshot taken while
+                // changes went on already holds what came of it (its run's
+                // newer lease, and in the run's entry how it ended).
+                if self
+                    .leases
+                    .find_run(&run_id)
+                    .is_some_and(|slot| self.leases.get(slot).fencing_token > fencing_token)
+                {
+                    return;
+                }
+                // The run has a lease again: its entry is no orphan.
+                self.runs.adopt(&run_id);
                 if let Some(slot) = self.leases.find_token(fencing_token) {
                     // Only a replayed log can put a token twice; the newer wins.
                     self.leases.remove(slot);
@@ -127,13 +177,19 @@ impl Registry {
                     expires_at,
                     ttl,
                     lock_delay: 0.0,
+                    acquired_at: acquired_at.unwrap_or(self.time),
                 };
-                match self.leases.find_run(&run_id) {
-                    Some(slot) => self.leases.replace(slot, &lease),
-                    None => {
-                        self.leases.insert(&run_id, &lease);
+                let slot = match self.leases.find_run(&run_id) {
+                    Some(slot) => {
+                        // A takeover: the expired lease's tenure ends.
+                        let expired_at = self.leases.get(slot).expires_at;
+                        self.end_tenure(slot, TenureEnd::Expired, expired_at);
+                        self.leases.replace(slot, &lease);
+                        slot
                     }
-                }
+                    None => self.leases.insert(&run_id, &lease),
+                };
+                self.leases.set_tenure(slot, lease.acquired_at, heartbeats);
             }
             Change::Extend {
                 fencing_token,
@@ -141,7 +197,36 @@ impl Registry {
             } => {
                 if let Some(slot) = self.leases.find_token(fencing_token) {
                     self.leases.set_expiry(slot, expires_at);
+                    let entry = self.leases.get(slot);
+                    let heartbeats = entry.heartbeats.saturating_add(1);
+                    self.leases.set_tenure(slot, entry.acquired_at, heartbeats);
                 }
+            }
+            Change::Beat {
+                fencing_token,
+                expires_at,
+                heartbeats,
+            } => {
+                if let Some(slot) = self.leases.find_token(fencing_token) {
+                    self.leases.set_expiry(slot, expires_at);
+                    let acquired_at = self.leases.get(slot).acquired_at;
+                    self.leases.set_tenure(slot, acquired_at, heartbeats);
+                }
+            }
+            Change::Release { fencing_token, at } => {
+                if let Some(slot) = self.leases.find_token(fencing_token) {
+                    self.end_release(slot, at);
+                }
+            }
+            Change::Past { run_id, tenure } => {
+                self.last_token = self.last_token.max(tenure.fencing_token);
+                self.runs.push_tenure(&run_id, &tenure, self.history_len);
+            }
+            Change::Forget { run_id } => {
+                self.runs.forget(&run_id);
+            }
+            Change::Orphan { run_id, at } => {
+                self.runs.orphan(&run_id, at);
             }
             Change::Remove { fencing_token } => {
                 if let Some(slot) = self.leases.find_token(fencing_token) {
@@ -158,9 +243,7 @@ impl Registry {
                     self.leases.set_lock_delay(slot, lock_delay);
                 }
             }
-            change @ (Change::SetData { .. } | Change::DelData { .. } | Change::Orphan { .. }) => {
-                self.replay_data(change)
-            }
+            change @ (Change::SetData { .. } | Change::DelData { .. }) => self.replay_data(change),
         }
     }
 }

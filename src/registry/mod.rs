@@ -34,17 +34,21 @@ mod change;
 mod data;
 mod events;
 mod health;
+mod history;
 mod index;
 mod op;
+mod runs;
 mod seconds;
 mod table;
 
 pub use change::{Change, LeaseRecord};
-pub use data::{DataRecord, RunData};
+pub use data::RunData;
 pub use events::{Event, EventKind};
 pub use health::{Health, Refused, SLACK_BOUNDS, TenureEnd};
+pub use history::{PastTenure, Tenure};
 pub use index::Retired;
 pub use op::{IdKind, Op, Outcome};
+pub use runs::RunRecord;
 pub use seconds::Seconds;
 
 use bytes::Bytes;
@@ -96,14 +100,20 @@ pub struct KeyState {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TokensExhausted;
 
+/// Tenures kept per run unless told otherwise (`lease-history-len`).
+pub const DEFAULT_HISTORY_LEN: usize = 8;
+
 /// The largest fencing token: tokens travel as RESP integers (i64).
 pub const MAX_TOKEN: u64 = i64::MAX as u64;
 
 #[derive(Debug)]
 pub struct Registry {
     leases: LeaseTable,
-    /// Run data: a checkpoint per run, with its own lifetime (see `data`).
-    data: data::DataStore,
+    /// What runs keep beyond their current lease, with its own lifetime:
+    /// data and past tenures (see `runs`).
+    runs: runs::RunStore,
+    /// Tenures kept per run for `LEASE.HISTORY` (0: none).
+    history_len: usize,
     /// The last fencing token issued (0 before the first).
     last_token: u64,
     /// Registry time: the latest `now` seen. Starts below every finite time.
@@ -134,7 +144,8 @@ impl Registry {
     pub fn new(default_ttl: f64, last_token: u64) -> Registry {
         Registry {
             leases: LeaseTable::default(),
-            data: data::DataStore::default(),
+            runs: runs::RunStore::default(),
+            history_len: DEFAULT_HISTORY_LEN,
             last_token,
             time: f64::NEG_INFINITY,
             default_ttl,
@@ -281,18 +292,26 @@ impl Registry {
             return Ok(None);
         }
         let fencing_token = self.next_token()?;
-        // The run's data stays with the run, unless its last lease or the
-        // release of it is past retention: then it went with the lease.
-        match previous {
-            Some(slot) if self.past_retention(slot) => {
-                self.drop_data(run_id);
-            }
-            Some(_) => {}
-            None => self.adopt_data(run_id),
-        }
         if let Some(slot) = previous {
             self.health.end(TenureEnd::Expired);
             self.emit_if_expired(slot, now);
+        }
+        // The run's data and history stay with the run, unless its last
+        // lease or the release of it is past retention: then they went
+        // with the lease.
+        match previous {
+            Some(slot) if self.past_retention(slot) => {
+                self.forget_run(run_id);
+                // Gone before the new lease comes, as replay must see it:
+                // no tenure of it joins the history.
+                let old = self.leases.get(slot).fencing_token;
+                self.record(|| Change::Remove { fencing_token: old });
+            }
+            Some(slot) => {
+                let expired_at = self.leases.get(slot).expires_at;
+                self.end_tenure(slot, TenureEnd::Expired, expired_at);
+            }
+            None => self.adopt_run(run_id),
         }
         let lease = NewLease {
             worker_id,
@@ -300,6 +319,7 @@ impl Registry {
             expires_at: now + ttl.unwrap_or(self.default_ttl),
             ttl: ttl.unwrap_or(self.default_ttl),
             lock_delay: lock_delay.unwrap_or(self.default_lock_delay),
+            acquired_at: now,
         };
         let slot = match previous {
             Some(slot) => {
@@ -341,6 +361,8 @@ impl Registry {
             fencing_token: lease.fencing_token,
             expires_at: lease.expires_at,
             ttl: lease.ttl,
+            acquired_at: Some(lease.acquired_at),
+            heartbeats: 0,
         });
         if lease.lock_delay > 0.0 {
             self.changes.push(Change::LockDelay {
@@ -389,10 +411,13 @@ impl Registry {
         let slack = (entry.expires_at - now) / entry.ttl;
         self.health.slack.observe(slack);
         let expires_at = now + entry.ttl;
+        let (acquired_at, heartbeats) = (entry.acquired_at, entry.heartbeats.saturating_add(1));
         self.leases.set_expiry(slot, expires_at);
-        self.record(|| Change::Extend {
+        self.leases.set_tenure(slot, acquired_at, heartbeats);
+        self.record(|| Change::Beat {
             fencing_token,
             expires_at,
+            heartbeats,
         });
         true
     }
@@ -435,23 +460,34 @@ impl Registry {
         if !id_matches(lease_id, self.leases.get(slot)) {
             return false;
         }
-        let late = self.leases.get(slot).expires_at <= clock.max(self.time);
+        let at = clock.max(self.time);
+        let late = self.leases.get(slot).expires_at <= at;
         self.health.end(if late {
             TenureEnd::ReleasedLate
         } else {
             TenureEnd::Released
         });
-        self.emit_if_expired(slot, clock.max(self.time));
+        self.emit_if_expired(slot, at);
         self.emit(EventKind::Released, slot);
-        // The run's data stays until `retention` after the release. Logged
-        // before the Remove: a log cut between the two leaves the lease
-        // and orphaned data (still swept in time), never data that belongs
-        // to no lease and is not due to go.
-        let run_id = Bytes::copy_from_slice(self.leases.get(slot).run_id());
-        self.orphan_data(&run_id, clock.max(self.time));
-        self.leases.remove(slot);
-        self.record(|| Change::Remove { fencing_token });
+        self.end_release(slot, at);
+        self.record(|| Change::Release { fencing_token, at });
         true
+    }
+
+    /// The lease in `slot` is released at `at`: its tenure ends, its run's
+    /// data and history stay until `retention` after `at` (unless the run
+    /// is acquired again), and the lease is gone. Live and in replay.
+    fn end_release(&mut self, slot: u32, at: f64) {
+        let late = self.leases.get(slot).expires_at <= at;
+        let end = if late {
+            TenureEnd::ReleasedLate
+        } else {
+            TenureEnd::Released
+        };
+        self.end_tenure(slot, end, at);
+        let run_id = Bytes::copy_from_slice(self.leases.get(slot).run_id());
+        self.runs.orphan(&run_id, at);
+        self.leases.remove(slot);
     }
 
     /// The run's current lease and whether it has expired at `now`.
@@ -543,11 +579,11 @@ impl Registry {
         self.health.end(TenureEnd::Expired);
         self.emit_if_expired(slot, self.time);
         self.emit(EventKind::Reclaimed, slot);
-        // An expired lease takes its run's data with it; the data's record
-        // goes first, so that a log cut between the two leaves no data
-        // without a lease.
+        // An expired lease takes its run's data and history with it; their
+        // record goes first, so that a log cut between the two leaves no
+        // data without a lease.
         let run_id = Bytes::copy_from_slice(self.leases.get(slot).run_id());
-        self.drop_data(&run_id);
+        self.forget_run(&run_id);
         self.leases.remove(slot);
         self.record(|| Change::Remove { fencing_token });
     }
@@ -584,6 +620,8 @@ impl Registry {
                     expires_at: entry.expires_at,
                     ttl: entry.ttl,
                     lock_delay: self.leases.lock_delay(slot as u32),
+                    acquired_at: entry.acquired_at,
+                    heartbeats: entry.heartbeats,
                 });
             }
         }

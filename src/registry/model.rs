@@ -8,7 +8,9 @@ use bytes::Bytes;
 
 use std::collections::BTreeMap;
 
-use super::{Lease, MAX_TOKEN, Op, Outcome, Registry, RunData};
+use super::{
+    DEFAULT_HISTORY_LEN, Lease, MAX_TOKEN, Op, Outcome, Registry, RunData, Tenure, TenureEnd,
+};
 
 #[derive(Clone, Debug)]
 pub struct ModelLease {
@@ -21,6 +23,10 @@ pub struct ModelLease {
     pub lock_delay: f64,
     /// Neither released nor taken over.
     pub current: bool,
+    pub acquired_at: f64,
+    pub heartbeats: u32,
+    /// How and when it ended: released, or taken over after it expired.
+    pub ended: Option<(TenureEnd, f64)>,
 }
 
 impl ModelLease {
@@ -62,6 +68,13 @@ pub struct Model {
     /// Run data by run, and when the run's last lease was released while
     /// it has none.
     pub data: BTreeMap<Vec<u8>, (RunData, Option<f64>)>,
+    /// Tenures `LEASE.HISTORY` shows per run (0: none).
+    pub history_len: usize,
+    /// Per run, the first token its history still has: those before went
+    /// with a lease past retention or a release `retention` ago.
+    pub history_from: BTreeMap<Vec<u8>, u64>,
+    /// When each run's last lease was released, while it has none.
+    pub released_at: BTreeMap<Vec<u8>, f64>,
 }
 
 impl Model {
@@ -75,6 +88,9 @@ impl Model {
             retention: f64::INFINITY,
             refused: [0; 3],
             data: BTreeMap::new(),
+            history_len: DEFAULT_HISTORY_LEN,
+            history_from: BTreeMap::new(),
+            released_at: BTreeMap::new(),
         }
     }
 
@@ -92,10 +108,19 @@ impl Model {
             if lease.current && lease.expires_at + retention <= time {
                 lease.current = false;
                 self.data.remove(&lease.run);
+                self.history_from.insert(lease.run.clone(), lease.token + 1);
             }
         }
         self.data
             .retain(|_, (_, released)| released.is_none_or(|released| released + retention > time));
+        let next = self.last_token + 1;
+        self.released_at.retain(|run, released| {
+            let kept = *released + retention > time;
+            if !kept {
+                self.history_from.insert(run.clone(), next);
+            }
+            kept
+        });
         self.time
     }
 
@@ -109,6 +134,43 @@ impl Model {
                 .is_none_or(|i| self.issued[i].expires_at + self.retention <= at),
         };
         (!gone).then(|| data.clone())
+    }
+
+    /// The run's tenures as `LEASE.HISTORY` reads them at `at`.
+    fn history_at(&self, run: &[u8], count: usize, at: f64) -> Vec<Tenure> {
+        let retention = self.retention;
+        let gone = match self.current_of(run) {
+            Some(i) => self.issued[i].expires_at + retention <= at,
+            None => self
+                .released_at
+                .get(run)
+                .is_none_or(|released| released + retention <= at),
+        };
+        if gone {
+            return Vec::new();
+        }
+        let from = self.history_from.get(run).copied().unwrap_or(0);
+        self.issued
+            .iter()
+            .rev()
+            .filter(|l| l.run == run && l.token >= from && (l.current || l.ended.is_some()))
+            .take(count.min(self.history_len))
+            .map(|l| {
+                let ended = l
+                    .ended
+                    .or((l.expires_at <= at).then_some((TenureEnd::Expired, l.expires_at)));
+                Tenure {
+                    lease_id: Bytes::from(l.id()),
+                    worker_id: Bytes::copy_from_slice(&l.worker),
+                    fencing_token: l.token,
+                    acquired_at: l.acquired_at,
+                    expires_at: l.expires_at,
+                    ended_at: ended.map(|(_, at)| at),
+                    end: ended.map(|(end, _)| end),
+                    heartbeats: l.heartbeats,
+                }
+            })
+            .collect()
     }
 
     /// The time a read evaluates at: an explicit `now` is seen as any
@@ -183,6 +245,7 @@ impl Model {
                 match self.named(lease_id, *token) {
                     Some(i) if self.issued[i].expires_at > t => {
                         self.issued[i].expires_at = t + self.issued[i].ttl;
+                        self.issued[i].heartbeats += 1;
                         Outcome::Flag(true)
                     }
                     Some(_) => {
@@ -219,6 +282,14 @@ impl Model {
                 Some(i) => {
                     self.issued[i].current = false;
                     let released_at = clock.max(self.time);
+                    let end = if self.issued[i].expires_at <= released_at {
+                        TenureEnd::ReleasedLate
+                    } else {
+                        TenureEnd::Released
+                    };
+                    self.issued[i].ended = Some((end, released_at));
+                    self.released_at
+                        .insert(self.issued[i].run.clone(), released_at);
                     if let Some((_, released)) = self.data.get_mut(&self.issued[i].run) {
                         *released = Some(released_at);
                     }
@@ -264,6 +335,9 @@ impl Model {
                     (l.lease(), l.expires_at <= t)
                 }))
             }
+            Op::History { run_id, count } => {
+                Outcome::History(self.history_at(run_id, *count, clock.max(self.time)))
+            }
             Op::Scan { .. }
             | Op::DbSize
             | Op::Inspect { .. }
@@ -297,7 +371,9 @@ impl Model {
         self.last_token += 1;
         if let Some(i) = previous {
             self.issued[i].current = false;
+            self.issued[i].ended = Some((TenureEnd::Expired, self.issued[i].expires_at));
         }
+        self.released_at.remove(run);
         // The run's data, if it is still there, is the new lease's.
         if let Some((_, released)) = self.data.get_mut(run) {
             *released = None;
@@ -311,6 +387,9 @@ impl Model {
             ttl,
             lock_delay: lock_delay.unwrap_or(self.default_lock_delay),
             current: true,
+            acquired_at: t,
+            heartbeats: 0,
+            ended: None,
         };
         let outcome = Outcome::Acquired(Some(new.lease()));
         self.issued.push(new);
@@ -422,11 +501,22 @@ pub fn step_both(
     Ok(())
 }
 
-/// At the end: every run of [`RUNS`] has the same lease and data in both,
-/// read at registry time without moving it.
+/// At the end: every run of [`RUNS`] has the same lease, data and history
+/// in both, read at registry time without moving it.
 pub fn check_runs(registry: &mut Registry, model: &mut Model) -> Result<(), String> {
     let clock = model.time;
     for run in RUNS {
+        let history = Op::History {
+            run_id: Bytes::from_static(run),
+            count: usize::MAX,
+        };
+        let want = model.apply(&history, clock);
+        let got = registry.apply(&history, clock);
+        if Some(&got) != want.as_ref() {
+            return Err(format!(
+                "run {run:?} history: registry {got:?}, model {want:?}"
+            ));
+        }
         let get = Op::GetData {
             run_id: Bytes::from_static(run),
         };

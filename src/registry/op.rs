@@ -13,7 +13,7 @@
 
 use bytes::Bytes;
 
-use super::{KeyState, Lease, Registry, RunData, TokensExhausted};
+use super::{KeyState, Lease, Registry, RunData, Tenure, TokensExhausted};
 use crate::glob;
 
 /// A command for the registry. `None` for `now` means "the server's
@@ -66,6 +66,12 @@ pub enum Op {
     DelData {
         lease_id: Bytes,
         token: u64,
+    },
+    /// `LEASE.HISTORY`: the run's newest tenures at the server's clock,
+    /// at most `count` (and `lease-history-len`).
+    History {
+        run_id: Bytes,
+        count: usize,
     },
     /// `LEASE.SCAN`: the run ids of up to about `count` leases from slot
     /// `cursor` on, those matching `pattern` if given.
@@ -125,6 +131,8 @@ pub enum Outcome {
     TokensExhausted,
     /// `LEASE.GETDATA`: the run's data, if it has any.
     Data(Option<RunData>),
+    /// `LEASE.HISTORY`: tenures, newest first.
+    History(Vec<Tenure>),
 }
 
 /// Which id of a command is too long.
@@ -178,9 +186,10 @@ impl Op {
             Op::Acquire {
                 run_id, worker_id, ..
             } => (run_id, Some(worker_id)),
-            Op::Validate { run_id, .. } | Op::Get { run_id, .. } | Op::GetData { run_id } => {
-                (run_id, None)
-            }
+            Op::Validate { run_id, .. }
+            | Op::Get { run_id, .. }
+            | Op::GetData { run_id }
+            | Op::History { run_id, .. } => (run_id, None),
             _ => return None,
         };
         if run_id.len() > max {
@@ -247,6 +256,9 @@ impl Registry {
             Op::GetData { run_id } => Outcome::Data(self.get_data(run_id, clock.max(self.time()))),
             Op::DelData { lease_id, token } => {
                 Outcome::Flag(self.del_data(lease_id, *token, clock))
+            }
+            Op::History { run_id, count } => {
+                Outcome::History(self.history(run_id, *count, clock.max(self.time())))
             }
             Op::Scan {
                 cursor,

@@ -6,9 +6,10 @@
 //! come and go the live ones gather at the front and the arena can shrink
 //! from its end.
 //!
-//! A slot is 56 bytes: the run and worker ids in one field (inline when
+//! A slot is 72 bytes: the run and worker ids in one field (inline when
 //! they fit in 21 bytes, else one heap block), the token, the expiry, the
-//! TTL, and two links of the expiry index. The lease id is derived, never
+//! TTL, when the lease was acquired and how many heartbeats it has had
+//! (its tenure, for `LEASE.HISTORY`), and two links of the expiry index. The lease id is derived, never
 //! stored. Three indexes point into the arena by slot number only:
 //! - by run id and by fencing token: hash tables of `u32` that grow and
 //!   shrink a step per change ([`SlotIndex`]), never all at once;
@@ -96,6 +97,10 @@ pub struct Slot {
     pub expires_at: f64,
     /// Seconds each heartbeat extends this lease by.
     pub ttl: f64,
+    /// Registry time when it was acquired.
+    pub acquired_at: f64,
+    /// Heartbeats that extended it.
+    pub heartbeats: u32,
     /// Neighbours in the list of leases expiring in the same second.
     prev: u32,
     next: u32,
@@ -108,6 +113,8 @@ impl Vacancy for Slot {
             fencing_token: 0,
             expires_at: 0.0,
             ttl: 0.0,
+            acquired_at: 0.0,
+            heartbeats: 0,
             prev: NIL,
             next: NIL,
         }
@@ -185,6 +192,7 @@ pub struct NewLease<'a> {
     pub ttl: f64,
     /// 0 for none.
     pub lock_delay: f64,
+    pub acquired_at: f64,
 }
 
 #[derive(Debug, Default)]
@@ -247,6 +255,8 @@ impl LeaseTable {
             fencing_token: lease.fencing_token,
             expires_at: lease.expires_at,
             ttl: lease.ttl,
+            acquired_at: lease.acquired_at,
+            heartbeats: 0,
             prev: NIL,
             next: NIL,
         };
@@ -271,6 +281,8 @@ impl LeaseTable {
         entry.fencing_token = lease.fencing_token;
         entry.expires_at = lease.expires_at;
         entry.ttl = lease.ttl;
+        entry.acquired_at = lease.acquired_at;
+        entry.heartbeats = 0;
         self.set_lock_delay(slot, lease.lock_delay);
         self.index_token(slot);
         self.link(slot);
@@ -290,6 +302,14 @@ impl LeaseTable {
         self.unlink(slot);
         self.slots.get_mut(slot).expires_at = expires_at;
         self.link(slot);
+    }
+
+    /// Sets the tenure of the lease in `slot`: when it was acquired and
+    /// how many heartbeats it has had.
+    pub fn set_tenure(&mut self, slot: u32, acquired_at: f64, heartbeats: u32) {
+        let entry = self.slots.get_mut(slot);
+        entry.acquired_at = acquired_at;
+        entry.heartbeats = heartbeats;
     }
 
     /// The lock delay of the lease in `slot`; 0 for none.
@@ -504,14 +524,15 @@ mod tests {
             expires_at: at,
             ttl,
             lock_delay: 0.0,
+            acquired_at: 0.0,
         };
         table.insert(run, &lease);
     }
 
     #[test]
-    fn a_slot_is_56_bytes() {
+    fn a_slot_is_72_bytes() {
         assert_eq!(std::mem::size_of::<Ids>(), 24);
-        assert_eq!(std::mem::size_of::<Slot>(), 56);
+        assert_eq!(std::mem::size_of::<Slot>(), 72);
     }
 
     #[test]
@@ -691,6 +712,7 @@ mod tests {
             expires_at: 20.0,
             ttl: 1.0,
             lock_delay: 0.0,
+            acquired_at: 10.0,
         };
         table.replace(slot, &takeover);
         assert_eq!(table.lock_delay(slot), 0.0);

@@ -951,6 +951,10 @@ enum Step {
     DelData {
         lease: Ref,
     },
+    History {
+        run: Index,
+        count: usize,
+    },
 }
 
 /// Steps of the client clock: it repeats and goes backwards, and
@@ -1030,6 +1034,8 @@ fn lease_step() -> impl Strategy<Value = Step> {
         ),
         1 => any::<Index>().prop_map(|run| Step::GetData { run }),
         1 => lease_ref().prop_map(|lease| Step::DelData { lease }),
+        1 => (any::<Index>(), select(vec![1usize, 2, 3, usize::MAX]))
+            .prop_map(|(run, count)| Step::History { run, count }),
     ]
 }
 
@@ -1169,6 +1175,10 @@ fn resolve(step: &Step, model: &Model, now: &mut f64) -> (Op, f64) {
                 token,
             }
         }
+        Step::History { run, count } => Op::History {
+            run_id: Bytes::from_static(RUNS[run.index(RUNS.len())]),
+            count: *count,
+        },
     };
     (op, *now)
 }
@@ -1180,12 +1190,15 @@ fn check_against_model(
     default_ttl: f64,
     retention: f64,
     last_token: u64,
+    history_len: usize,
     steps: &[Step],
 ) -> Result<(), TestCaseError> {
     let mut registry = Registry::new(default_ttl, last_token);
     registry.set_retention(retention);
+    registry.set_history_len(history_len);
     let mut model = Model::new(default_ttl, last_token);
     model.retention = registry.retention();
+    model.history_len = history_len;
     let mut now = 0.0;
     for (index, step) in steps.iter().enumerate() {
         let (op, clock) = resolve(step, &model, &mut now);
@@ -1198,8 +1211,9 @@ fn check_against_model(
     Ok(())
 }
 
-/// A lease as a snapshot reads it: run, worker, token, expiry, TTL.
-type Held = (Bytes, Bytes, u64, f64, f64, f64);
+/// A lease as a snapshot reads it: run, worker, token, expiry, TTL, lock
+/// delay, when acquired, heartbeats.
+type Held = (Bytes, Bytes, u64, f64, f64, f64, f64, u32);
 
 /// Every lease a registry holds, in token order, for comparing state.
 fn dump(registry: &Registry) -> Vec<Held> {
@@ -1214,6 +1228,8 @@ fn dump(registry: &Registry) -> Vec<Held> {
                 e.expires_at,
                 e.ttl,
                 e.lock_delay,
+                e.acquired_at,
+                e.heartbeats,
             ))
         });
     }
@@ -1221,32 +1237,37 @@ fn dump(registry: &Registry) -> Vec<Held> {
     leases
 }
 
-/// A run's data as a snapshot reads it: run, value, token, written_at,
-/// when orphaned.
-type Kept = (Bytes, Bytes, u64, f64, Option<f64>);
+/// A run's entry as a snapshot reads it: run, data (value, token,
+/// written_at), past tenures, when orphaned.
+type Kept = (
+    Bytes,
+    Option<(Bytes, u64, f64)>,
+    Vec<crate::registry::PastTenure>,
+    Option<f64>,
+);
 
-/// Every run's data a registry holds, in run order.
+/// Every run's entry a registry holds, in run order.
 fn dump_data(registry: &Registry) -> Vec<Kept> {
-    let mut data = Vec::new();
+    let mut runs = Vec::new();
     let mut after: Option<Bytes> = None;
     loop {
-        after = registry.snapshot_data(after.as_deref(), 2, |d| {
-            data.push((
-                Bytes::copy_from_slice(d.run_id),
-                Bytes::copy_from_slice(d.value),
-                d.fencing_token,
-                d.written_at,
-                d.orphaned_at,
+        after = registry.snapshot_runs(after.as_deref(), 2, |r| {
+            runs.push((
+                Bytes::copy_from_slice(r.run_id),
+                r.data
+                    .map(|d| (d.value.clone(), d.fencing_token, d.written_at)),
+                r.history.clone(),
+                r.orphaned_at,
             ))
         });
         if after.is_none() {
-            return data;
+            return runs;
         }
     }
 }
 
-/// Everything that makes a registry's state: its leases, its run data,
-/// last token and registry time.
+/// Everything that makes a registry's state: its leases, its runs' data
+/// and history, last token and registry time.
 fn state(registry: &Registry) -> (Vec<Held>, Vec<Kept>, u64, f64) {
     (
         dump(registry),
@@ -1304,8 +1325,8 @@ fn check_changes_rebuild_state(
     // Then the run data, as a rewrite writes it after the leases.
     let mut after: Option<Bytes> = None;
     loop {
-        after = live.snapshot_data(after.as_deref(), chunk, |data| {
-            snapshot.extend(data.to_changes())
+        after = live.snapshot_runs(after.as_deref(), chunk, |run| {
+            snapshot.extend(run.to_changes())
         });
         if after.is_none() {
             break;
@@ -1326,7 +1347,7 @@ fn check_changes_rebuild_state(
     }
     let mut after: Option<Bytes> = None;
     loop {
-        after = live.snapshot_data(after.as_deref(), 7, |data| all.extend(data.to_changes()));
+        after = live.snapshot_runs(after.as_deref(), 7, |run| all.extend(run.to_changes()));
         if after.is_none() {
             break;
         }
@@ -1425,20 +1446,27 @@ fn nothing_is_recorded_unless_asked() {
         changes,
         vec![
             Change::Time(1.0),
-            Change::Extend {
+            Change::Beat {
                 fencing_token: 1,
-                expires_at: 11.0
+                expires_at: 11.0,
+                heartbeats: 1
             },
             Change::Time(2.0),
-            Change::Remove { fencing_token: 1 },
+            Change::Release {
+                fencing_token: 1,
+                at: 2.0
+            },
         ]
     );
 }
 
 proptest! {
     #[test]
-    fn registry_matches_the_model(steps in prop::collection::vec(lease_step(), 1..80)) {
-        check_against_model(3.0, 0.0, 0, &steps)?;
+    fn registry_matches_the_model(
+        history_len in select(vec![0usize, 1, 3, 8]),
+        steps in prop::collection::vec(lease_step(), 1..80),
+    ) {
+        check_against_model(3.0, 0.0, 0, history_len, &steps)?;
     }
 
     #[test]
@@ -1446,14 +1474,14 @@ proptest! {
         retention in select(vec![0.5, 1.0, 2.5, 7.0]),
         steps in prop::collection::vec(any_step(), 1..80),
     ) {
-        check_against_model(3.0, retention, 0, &steps)?;
+        check_against_model(3.0, retention, 0, 8, &steps)?;
     }
 
     #[test]
     fn registry_matches_the_model_near_the_last_token(
         steps in prop::collection::vec(lease_step(), 1..40),
     ) {
-        check_against_model(3.0, 0.0, MAX_TOKEN - 4, &steps)?;
+        check_against_model(3.0, 0.0, MAX_TOKEN - 4, 8, &steps)?;
     }
 
     #[test]
@@ -1802,7 +1830,7 @@ fn data_survives_a_release_for_retention_then_goes() {
     assert_eq!(r.data_count(), 0);
     assert!(
         r.take_changes()
-            .any(|c| c == Change::DelData { run_id: bytes("a") })
+            .any(|c| c == Change::Forget { run_id: bytes("a") })
     );
 }
 

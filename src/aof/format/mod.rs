@@ -29,6 +29,11 @@
 //! | 7 | `SetData` | `run_len: u32`, `run_id: run_len bytes`, `fencing_token: u64`, `written_at: f64`, `value_len: u32`, `value: value_len bytes` | 25 + run_len + value_len |
 //! | 8 | `DelData` | `run_len: u32`, `run_id: run_len bytes` | 5 + run_len |
 //! | 9 | `Orphan` | `run_len: u32`, `run_id: run_len bytes`, `at: f64` | 13 + run_len |
+//! | 10 | `Beat` | `fencing_token: u64`, `expires_at: f64`, `heartbeats: u32` | 21 |
+//! | 11 | `Release` | `fencing_token: u64`, `at: f64` | 17 |
+//! | 12 | `Forget` | `run_len: u32`, `run_id: run_len bytes` | 5 + run_len |
+//! | 13 | `Past` | `run_len: u32`, `run_id: run_len bytes`, `worker_len: u32`, `worker_id: worker_len bytes`, `fencing_token: u64`, `acquired_at: f64`, `expires_at: f64`, `ended_at: f64`, `end: u8`, `heartbeats: u32` | 46 + run_len + worker_len |
+//! | 14 | `Put` with its tenure | as `Put`, then `acquired_at: f64`, `heartbeats: u32` | 45 + run_len + worker_len |
 //!
 //! A `LockDelay` record follows the `Put` of a lease whose lock delay is
 //! not 0 (type 6 came with lock delays; a log without lock delays has
@@ -36,6 +41,15 @@
 //! (`LEASE.SETDATA`): a log without run data has none of them, and a
 //! reader that predates them refuses a log that has them as corrupt
 //! (an unknown type) rather than loading it without the data.
+//! Types 10 to 14 came with tenure history (`LEASE.HISTORY`): an acquire
+//! writes a type 14 `Put` (with when it was acquired and, in a snapshot,
+//! its heartbeats so far) where it wrote a type 1, a heartbeat a `Beat`
+//! (with the lease's heartbeat count) where it wrote an `Extend`, a
+//! release one `Release` where it wrote an `Orphan` and a `Remove`, and a
+//! reclaim a `Forget` (the run's data and history) where it wrote a
+//! `DelData`; a snapshot writes a `Past` per past tenure of a run. Older
+//! logs replay as before, a type 1 `Put`'s tenure starting at the
+//! registry time of its replay.
 //! Ids are arbitrary bytes. Type 0 is never used, so a payload of zeros
 //! never decodes; every other type byte is unknown.
 //!
@@ -58,8 +72,12 @@
 //! - `lock_delay`: finite and greater than 0, as `LOCKDELAY` and
 //!   `lease-lock-delay` allow (0 is never written).
 //! - `fencing_token` (SetData): 1 to 2^63-1, as a lease's.
-//! - `written_at`, `at` (SetData, Orphan): finite (times a command was
-//!   evaluated at).
+//! - `written_at`, `at` (SetData, Orphan, Release): finite (times a
+//!   command was evaluated at).
+//! - `acquired_at` (Put type 14, Past): any value but NaN and +∞, as
+//!   registry time; `expires_at` (Beat, Past) as above.
+//! - `end` (Past): 0 released, 1 released-late, 2 expired; `ended_at` is
+//!   finite, or the tenure's `expires_at` when it expired.
 //!
 //! # Reading
 //!
@@ -101,7 +119,7 @@ use std::io::{self, BufRead, BufReader, ErrorKind, Read};
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::registry::{Change, DataRecord, LeaseRecord, MAX_TOKEN};
+use crate::registry::{Change, LeaseRecord, MAX_TOKEN, PastTenure, RunRecord, TenureEnd};
 
 /// The first bytes of every log file: a magic word and a format version.
 pub const HEADER: &[u8] = b"LEASEDLOG\x001\n";
@@ -128,6 +146,11 @@ const LOCK_DELAY: u8 = 6;
 const SET_DATA: u8 = 7;
 const DEL_DATA: u8 = 8;
 const ORPHAN: u8 = 9;
+const BEAT: u8 = 10;
+const RELEASE: u8 = 11;
+const FORGET: u8 = 12;
+const PAST: u8 = 13;
+const PUT_TENURE: u8 = 14;
 
 /// A `Put` payload with empty ids: type, two id lengths, token, two times.
 const PUT_FIXED_LEN: u64 = 1 + 4 + 4 + 8 + 8 + 8;
@@ -142,6 +165,13 @@ const SET_DATA_FIXED_LEN: u64 = 1 + 4 + 8 + 8 + 4;
 const DEL_DATA_FIXED_LEN: u64 = 1 + 4;
 /// An `Orphan` payload with an empty run id: type, run length, `at`.
 const ORPHAN_FIXED_LEN: u64 = 1 + 4 + 8;
+/// Type, token, `expires_at` and a heartbeat count: Beat.
+const BEAT_LEN: usize = 1 + 8 + 8 + 4;
+/// A type 14 `Put`: a type 1's fields, then `acquired_at` and heartbeats.
+const PUT_TENURE_FIXED_LEN: u64 = PUT_FIXED_LEN + 8 + 4;
+/// A `Past` payload with empty ids: type, two id lengths, token, four
+/// times, end, heartbeats.
+const PAST_FIXED_LEN: u64 = 1 + 4 + 4 + 8 + 8 + 8 + 8 + 1 + 4;
 
 /// The buffer between the file and the parser: frame headers and small
 /// records are served from it, large payloads bypass it.
@@ -156,9 +186,25 @@ const FIRST_PAYLOAD_CHUNK: usize = 8 * 1024;
 pub fn payload_len(change: &Change) -> u64 {
     match change {
         Change::Put {
-            run_id, worker_id, ..
-        } => PUT_FIXED_LEN + run_id.len() as u64 + worker_id.len() as u64,
-        Change::Extend { .. } | Change::LockDelay { .. } => EXTEND_LEN as u64,
+            run_id,
+            worker_id,
+            acquired_at,
+            ..
+        } => {
+            let fixed = match acquired_at {
+                Some(_) => PUT_TENURE_FIXED_LEN,
+                None => PUT_FIXED_LEN,
+            };
+            fixed + run_id.len() as u64 + worker_id.len() as u64
+        }
+        Change::Extend { .. } | Change::LockDelay { .. } | Change::Release { .. } => {
+            EXTEND_LEN as u64
+        }
+        Change::Beat { .. } => BEAT_LEN as u64,
+        Change::Forget { run_id } => DEL_DATA_FIXED_LEN + run_id.len() as u64,
+        Change::Past { run_id, tenure } => {
+            PAST_FIXED_LEN + run_id.len() as u64 + tenure.worker_id.len() as u64
+        }
         Change::Remove { .. } | Change::Time(_) | Change::LastToken(_) => ONE_FIELD_LEN as u64,
         Change::SetData { run_id, value, .. } => {
             SET_DATA_FIXED_LEN + run_id.len() as u64 + value.len() as u64
@@ -189,8 +235,10 @@ pub fn encode(change: &Change, out: &mut BytesMut) {
             fencing_token,
             expires_at,
             ttl,
-        } => encode_lease(
-            &LeaseRecord {
+            acquired_at,
+            heartbeats,
+        } => {
+            let lease = LeaseRecord {
                 run_id,
                 worker_id,
                 fencing_token: *fencing_token,
@@ -198,9 +246,11 @@ pub fn encode(change: &Change, out: &mut BytesMut) {
                 ttl: *ttl,
                 // Its own record: the Put is encoded alone.
                 lock_delay: 0.0,
-            },
-            out,
-        ),
+                acquired_at: acquired_at.unwrap_or(0.0),
+                heartbeats: *heartbeats,
+            };
+            encode_put(&lease, acquired_at.is_some(), out)
+        }
         Change::Extend {
             fencing_token,
             expires_at,
@@ -255,25 +305,58 @@ pub fn encode(change: &Change, out: &mut BytesMut) {
             out.put_slice(run_id);
             out.put_f64_le(*at);
         }),
+        Change::Beat {
+            fencing_token,
+            expires_at,
+            heartbeats,
+        } => frame(len, out, |out| {
+            out.put_u8(BEAT);
+            out.put_u64_le(*fencing_token);
+            out.put_f64_le(*expires_at);
+            out.put_u32_le(*heartbeats);
+        }),
+        Change::Release { fencing_token, at } => frame(len, out, |out| {
+            out.put_u8(RELEASE);
+            out.put_u64_le(*fencing_token);
+            out.put_f64_le(*at);
+        }),
+        Change::Forget { run_id } => frame(len, out, |out| {
+            out.put_u8(FORGET);
+            out.put_u32_le(run_id.len() as u32);
+            out.put_slice(run_id);
+        }),
+        Change::Past { run_id, tenure } => frame(len, out, |out| {
+            out.put_u8(PAST);
+            out.put_u32_le(run_id.len() as u32);
+            out.put_slice(run_id);
+            out.put_u32_le(tenure.worker_id.len() as u32);
+            out.put_slice(&tenure.worker_id);
+            out.put_u64_le(tenure.fencing_token);
+            out.put_f64_le(tenure.acquired_at);
+            out.put_f64_le(tenure.expires_at);
+            out.put_f64_le(tenure.ended_at);
+            out.put_u8(tenure.end as u8);
+            out.put_u32_le(tenure.heartbeats);
+        }),
     }
 }
 
-/// Appends the records of one run's data borrowed from the registry (what
-/// a snapshot writes): its `SetData`, and its `Orphan` when its run has no
-/// lease.
+/// Appends the records of one run's entry borrowed from the registry
+/// (what a snapshot writes): its `SetData` when it has data, a `Past` per
+/// past tenure, and its `Orphan` when its run has no lease.
 ///
 /// # Panics
 ///
 /// As [`encode`].
-pub fn encode_data(data: &DataRecord<'_>, out: &mut BytesMut) {
-    for change in data.to_changes() {
+pub fn encode_run(run: &RunRecord<'_>, out: &mut BytesMut) {
+    for change in run.to_changes() {
         encode(&change, out);
     }
 }
 
 /// Appends one framed Put record for a lease borrowed from the registry
-/// (what a snapshot writes), without copying its ids first, and its
-/// LockDelay record when it has a lock delay.
+/// (what a snapshot writes), without copying its ids first, with its
+/// tenure, and its LockDelay record when it has a lock delay.
 ///
 /// # Panics
 ///
@@ -286,18 +369,7 @@ pub fn encode_lease(lease: &LeaseRecord<'_>, out: &mut BytesMut) {
             && lease.ttl > 0.0,
         "a log record that replay would refuse: {lease:?}"
     );
-    let len = PUT_FIXED_LEN + lease.run_id.len() as u64 + lease.worker_id.len() as u64;
-    frame(len, out, |out| {
-        out.put_u8(PUT);
-        // Lengths fit: the record is at most MAX_RECORD_LEN.
-        out.put_u32_le(lease.run_id.len() as u32);
-        out.put_slice(lease.run_id);
-        out.put_u32_le(lease.worker_id.len() as u32);
-        out.put_slice(lease.worker_id);
-        out.put_u64_le(lease.fencing_token);
-        out.put_f64_le(lease.expires_at);
-        out.put_f64_le(lease.ttl);
-    });
+    encode_put(lease, true, out);
     if lease.lock_delay > 0.0 {
         encode(
             &Change::LockDelay {
@@ -307,6 +379,32 @@ pub fn encode_lease(lease: &LeaseRecord<'_>, out: &mut BytesMut) {
             out,
         );
     }
+}
+
+/// Appends one framed Put record from borrowed ids: type 14, with the
+/// lease's tenure, or the older type 1 without it.
+fn encode_put(lease: &LeaseRecord<'_>, with_tenure: bool, out: &mut BytesMut) {
+    let fixed = if with_tenure {
+        PUT_TENURE_FIXED_LEN
+    } else {
+        PUT_FIXED_LEN
+    };
+    let len = fixed + lease.run_id.len() as u64 + lease.worker_id.len() as u64;
+    frame(len, out, |out| {
+        out.put_u8(if with_tenure { PUT_TENURE } else { PUT });
+        // Lengths fit: the record is at most MAX_RECORD_LEN.
+        out.put_u32_le(lease.run_id.len() as u32);
+        out.put_slice(lease.run_id);
+        out.put_u32_le(lease.worker_id.len() as u32);
+        out.put_slice(lease.worker_id);
+        out.put_u64_le(lease.fencing_token);
+        out.put_f64_le(lease.expires_at);
+        out.put_f64_le(lease.ttl);
+        if with_tenure {
+            out.put_f64_le(lease.acquired_at);
+            out.put_u32_le(lease.heartbeats);
+        }
+    });
 }
 
 /// The records of one commit round, as the log writes them: every change
@@ -599,7 +697,8 @@ fn check_shape(start: &[u8], len: usize) -> Result<(), String> {
         return Ok(());
     };
     let (name, expected) = match kind {
-        PUT => return check_put_shape(start, len as u64),
+        PUT => return check_put_shape(start, len as u64, PUT_FIXED_LEN),
+        PUT_TENURE => return check_put_shape(start, len as u64, PUT_TENURE_FIXED_LEN),
         SET_DATA => {
             let value = Some((16, "value"));
             return check_ids_shape(start, len as u64, "set-data", SET_DATA_FIXED_LEN, value);
@@ -608,6 +707,13 @@ fn check_shape(start: &[u8], len: usize) -> Result<(), String> {
             return check_ids_shape(start, len as u64, "del-data", DEL_DATA_FIXED_LEN, None);
         }
         ORPHAN => return check_ids_shape(start, len as u64, "orphan", ORPHAN_FIXED_LEN, None),
+        FORGET => return check_ids_shape(start, len as u64, "forget", DEL_DATA_FIXED_LEN, None),
+        PAST => {
+            let worker = Some((0, "worker id"));
+            return check_ids_shape(start, len as u64, "past", PAST_FIXED_LEN, worker);
+        }
+        BEAT => ("a beat", BEAT_LEN),
+        RELEASE => ("a release", EXTEND_LEN),
         EXTEND => ("an extend", EXTEND_LEN),
         LOCK_DELAY => ("a lock-delay", EXTEND_LEN),
         REMOVE => ("a remove", ONE_FIELD_LEN),
@@ -621,8 +727,8 @@ fn check_shape(start: &[u8], len: usize) -> Result<(), String> {
     Ok(())
 }
 
-fn check_put_shape(start: &[u8], len: u64) -> Result<(), String> {
-    check_ids_shape(start, len, "put", PUT_FIXED_LEN, Some((0, "worker id")))
+fn check_put_shape(start: &[u8], len: u64, fixed: u64) -> Result<(), String> {
+    check_ids_shape(start, len, "put", fixed, Some((0, "worker id")))
 }
 
 /// The shape of a record that starts with a run id: `fixed` bytes besides
@@ -716,6 +822,18 @@ impl<'a> Fields<'a> {
         Ok(f64::from_le_bytes(self.array()?))
     }
 
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+
+    fn end(&mut self) -> Result<TenureEnd, String> {
+        let [end] = self.array()?;
+        TenureEnd::ALL
+            .get(usize::from(end))
+            .copied()
+            .ok_or_else(|| format!("tenure end {end} is not 0, 1 or 2"))
+    }
+
     /// A u32-length-prefixed id.
     fn id(&mut self) -> Result<Bytes, String> {
         let len = u32::from_le_bytes(self.array()?);
@@ -733,12 +851,20 @@ fn decode(payload: &[u8]) -> Result<Change, String> {
     };
     let mut fields = Fields { rest };
     let change = match kind {
-        PUT => Change::Put {
+        PUT | PUT_TENURE => Change::Put {
             run_id: fields.id()?,
             worker_id: fields.id()?,
             fencing_token: fields.u64()?,
             expires_at: fields.f64()?,
             ttl: fields.f64()?,
+            acquired_at: match kind {
+                PUT => None,
+                _ => Some(fields.f64()?),
+            },
+            heartbeats: match kind {
+                PUT => 0,
+                _ => fields.u32()?,
+            },
         },
         EXTEND => Change::Extend {
             fencing_token: fields.u64()?,
@@ -766,6 +892,30 @@ fn decode(payload: &[u8]) -> Result<Change, String> {
             run_id: fields.id()?,
             at: fields.f64()?,
         },
+        BEAT => Change::Beat {
+            fencing_token: fields.u64()?,
+            expires_at: fields.f64()?,
+            heartbeats: fields.u32()?,
+        },
+        RELEASE => Change::Release {
+            fencing_token: fields.u64()?,
+            at: fields.f64()?,
+        },
+        FORGET => Change::Forget {
+            run_id: fields.id()?,
+        },
+        PAST => Change::Past {
+            run_id: fields.id()?,
+            tenure: PastTenure {
+                worker_id: fields.id()?,
+                fencing_token: fields.u64()?,
+                acquired_at: fields.f64()?,
+                expires_at: fields.f64()?,
+                ended_at: fields.f64()?,
+                end: fields.end()?,
+                heartbeats: fields.u32()?,
+            },
+        },
         other => return Err(format!("unknown record type {other}")),
     };
     if !fields.rest.is_empty() {
@@ -782,10 +932,14 @@ fn check_values(change: &Change) -> Result<(), String> {
             fencing_token,
             expires_at,
             ttl,
+            acquired_at,
             ..
         } => {
             check_token(fencing_token)?;
             check_expires_at(expires_at)?;
+            if let Some(acquired_at) = acquired_at {
+                check_acquired_at(acquired_at)?;
+            }
             if !(ttl.is_finite() && ttl > 0.0) {
                 return Err(format!(
                     "ttl is {ttl}: not a finite number of seconds above 0"
@@ -835,9 +989,48 @@ fn check_values(change: &Change) -> Result<(), String> {
             check_token(fencing_token)?;
             check_finite("written_at", written_at)
         }
-        Change::DelData { .. } => Ok(()),
+        Change::DelData { .. } | Change::Forget { .. } => Ok(()),
         Change::Orphan { at, .. } => check_finite("at", at),
+        Change::Beat {
+            fencing_token,
+            expires_at,
+            ..
+        } => {
+            check_token(fencing_token)?;
+            check_expires_at(expires_at)
+        }
+        Change::Release { fencing_token, at } => {
+            check_token(fencing_token)?;
+            check_finite("at", at)
+        }
+        Change::Past { ref tenure, .. } => check_past(tenure),
     }
+}
+
+fn check_past(tenure: &PastTenure) -> Result<(), String> {
+    check_token(tenure.fencing_token)?;
+    check_acquired_at(tenure.acquired_at)?;
+    check_expires_at(tenure.expires_at)?;
+    if tenure.end == TenureEnd::Expired {
+        if tenure.ended_at.to_bits() != tenure.expires_at.to_bits() {
+            return Err(format!(
+                "an expired tenure ended at {}, not at its expires_at {}",
+                tenure.ended_at, tenure.expires_at
+            ));
+        }
+        return Ok(());
+    }
+    check_finite("ended_at", tenure.ended_at)
+}
+
+/// Registry time when a lease was acquired: never NaN or +∞.
+fn check_acquired_at(acquired_at: f64) -> Result<(), String> {
+    if acquired_at.is_nan() || acquired_at == f64::INFINITY {
+        return Err(format!(
+            "acquired_at is {acquired_at}: not a time the registry can have"
+        ));
+    }
+    Ok(())
 }
 
 fn check_finite(what: &str, time: f64) -> Result<(), String> {

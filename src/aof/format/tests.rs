@@ -9,6 +9,8 @@ fn put(run: &[u8], worker: &[u8], fencing_token: u64, expires_at: f64, ttl: f64)
         fencing_token,
         expires_at,
         ttl,
+        acquired_at: None,
+        heartbeats: 0,
     }
 }
 
@@ -99,6 +101,23 @@ fn put_payload(run: &[u8], worker: &[u8], token: u64, expires_at: f64, ttl: f64)
     out.extend(token.to_le_bytes());
     out.extend(expires_at.to_bits().to_le_bytes());
     out.extend(ttl.to_bits().to_le_bytes());
+    out
+}
+
+/// A `Past` payload for run `r`, worker `w`, token 1, with this `end`
+/// byte, `expires_at` and `ended_at`.
+fn past_payload(end: u8, expires_at: f64, ended_at: f64) -> Vec<u8> {
+    let mut out = vec![13];
+    out.extend(1u32.to_le_bytes());
+    out.extend(b"r");
+    out.extend(1u32.to_le_bytes());
+    out.extend(b"w");
+    out.extend(1u64.to_le_bytes());
+    out.extend(1.0f64.to_le_bytes());
+    out.extend(expires_at.to_le_bytes());
+    out.extend(ended_at.to_le_bytes());
+    out.push(end);
+    out.extend(7u32.to_le_bytes());
     out
 }
 
@@ -597,7 +616,30 @@ fn payloads_that_pass_their_checksum_but_do_not_decode_are_corrupt() {
     let too_big = MAX_TOKEN + 1;
     let cases: Vec<(Vec<u8>, &str)> = vec![
         (vec![0; 9], "unknown record type 0"),
-        (payload_of(10, [0; 8]), "unknown record type 10"),
+        (payload_of(15, [0; 8]), "unknown record type 15"),
+        (
+            payload_of(10, [0; 8]),
+            "a beat record is 21 bytes long, not 9",
+        ),
+        (
+            payload_of(11, [1; 8]),
+            "a release record is 17 bytes long, not 9",
+        ),
+        (
+            [
+                &payload_of(11, 1u64.to_le_bytes())[..],
+                &f64::NAN.to_le_bytes(),
+            ]
+            .concat(),
+            "at is NaN",
+        ),
+        (past_payload(3, 5.0, 5.0), "tenure end 3 is not 0, 1 or 2"),
+        (past_payload(2, 5.0, 6.0), "an expired tenure ended at 6"),
+        (past_payload(0, 5.0, f64::INFINITY), "ended_at is inf"),
+        (
+            [&past_payload(0, 5.0, 6.0)[..], &[0]].concat(),
+            "is 48 bytes long, not 49",
+        ),
         (
             payload_of(6, [1; 8]),
             "lock-delay record is 17 bytes long, not 9",
@@ -747,19 +789,67 @@ fn expires_at() -> impl Strategy<Value = f64> {
     prop_oneof![finite(), Just(f64::INFINITY)]
 }
 
+/// A type 14 `Put`'s `acquired_at` and heartbeats, or none (type 1).
+fn tenure_start() -> impl Strategy<Value = Option<(f64, u32)>> {
+    let acquired_at = prop_oneof![finite(), Just(f64::NEG_INFINITY)];
+    prop::option::of((acquired_at, any::<u32>()))
+}
+
+fn past_tenure() -> impl Strategy<Value = PastTenure> {
+    let end = prop::sample::select(TenureEnd::ALL.to_vec());
+    (
+        id(),
+        token(),
+        finite(),
+        expires_at(),
+        end,
+        finite(),
+        any::<u32>(),
+    )
+        .prop_map(
+            |(worker_id, fencing_token, acquired_at, expires_at, end, released_at, heartbeats)| {
+                PastTenure {
+                    worker_id,
+                    fencing_token,
+                    acquired_at,
+                    expires_at,
+                    end,
+                    ended_at: if end == TenureEnd::Expired {
+                        expires_at
+                    } else {
+                        released_at
+                    },
+                    heartbeats,
+                }
+            },
+        )
+}
+
 fn change() -> impl Strategy<Value = Change> {
     use prop::num::f64::{NORMAL, POSITIVE, SUBNORMAL};
     let ttl = prop_oneof![POSITIVE | NORMAL | SUBNORMAL, 0.001..1e6f64];
     prop_oneof![
-        (id(), id(), token(), expires_at(), ttl).prop_map(
-            |(run_id, worker_id, fencing_token, expires_at, ttl)| Change::Put {
+        (id(), id(), token(), expires_at(), ttl, tenure_start()).prop_map(
+            |(run_id, worker_id, fencing_token, expires_at, ttl, tenure)| Change::Put {
                 run_id,
                 worker_id,
                 fencing_token,
                 expires_at,
                 ttl,
+                acquired_at: tenure.map(|(at, _)| at),
+                heartbeats: tenure.map_or(0, |(_, beats)| beats),
             }
         ),
+        (token(), expires_at(), any::<u32>()).prop_map(
+            |(fencing_token, expires_at, heartbeats)| Change::Beat {
+                fencing_token,
+                expires_at,
+                heartbeats,
+            }
+        ),
+        (token(), finite()).prop_map(|(fencing_token, at)| Change::Release { fencing_token, at }),
+        id().prop_map(|run_id| Change::Forget { run_id }),
+        (id(), past_tenure()).prop_map(|(run_id, tenure)| Change::Past { run_id, tenure }),
         (token(), expires_at()).prop_map(|(fencing_token, expires_at)| Change::Extend {
             fencing_token,
             expires_at,
