@@ -457,6 +457,142 @@ fn a_stalled_rust_workers_run_is_resumed_by_python_and_its_late_write_rejected()
     a_stalled_workers_late_write_is_rejected(Rust, Python);
 }
 
+/// The order of a checkpoint's two writes, SQLite row first, run data
+/// second. Worker A is stalled just before checkpoint 2 until its lease
+/// expires; B takes the run over and stops itself (SIGSTOP) before it has
+/// written anything, so the row's token is still A's. A, resumed, writes
+/// checkpoint 2: the row takes it (the storage knows no newer token), but
+/// `LEASE.SETDATA` is refused, for A's lease is no longer the run's, and
+/// A stops as one whose heartbeat failed. The run's data still says
+/// checkpoint 1; B, resumed, redoes checkpoint 2 with its higher token and
+/// goes on. Every step is in the table, none skipped, the last one B's.
+fn a_stalled_workers_checkpoint_past_its_lease_is_redone(language: Language) {
+    let server = Server::start();
+    let temp = tempfile::tempdir().unwrap();
+    let db = temp.path().join("checkpoints.db");
+    let a_args = ["--run", "run-2", "--worker", "worker-a", "--ttl", "3"];
+    let a_args = [&a_args[..], &["--steps", "4", "--pause-before-write", "2"]].concat();
+    let mut a = Worker::start(language, &server, &db, &a_args);
+    a.line_with("pausing before checkpoint 2");
+    a.wait_stopped();
+    let (_, a_token) = acquired(&a.output());
+    expire(&server, "run-2", a_token);
+
+    // B's TTL outlasts all that A does while B is stopped.
+    let b_args = ["--run", "run-2", "--worker", "worker-b", "--ttl", "30"];
+    let b_args = [&b_args[..], &["--steps", "4", "--pause-before-write", "2"]].concat();
+    let mut b = Worker::start(language, &server, &db, &b_args);
+    b.line_with("pausing before checkpoint 2");
+    b.wait_stopped();
+    let (_, b_token) = acquired(&b.output());
+    assert!(b_token > a_token, "B's token {b_token}, A's {a_token}");
+    assert_eq!(resumed_after(&b.output()), Some((1, a_token)));
+
+    a.resume();
+    let (code, a_output) = a.finish();
+    assert_eq!(code, LOST, "{a_output}");
+    assert!(
+        a_output.contains("lease lost: checkpoint 2 is in the table, but leased refused it"),
+        "{a_output}"
+    );
+    assert_eq!(written_steps(&a_output), [0, 1], "{a_output}");
+    assert_eq!(row(&db, "run-2"), Some((2, a_token, "worker-a".into())));
+    assert_eq!(data(&server, "run-2"), Some(("step=1".into(), a_token)));
+
+    b.resume();
+    let (code, b_output) = b.finish();
+    assert_eq!(code, FINISHED, "{b_output}");
+    assert_eq!(written_steps(&b_output), [2, 3], "{b_output}");
+    assert_eq!(row(&db, "run-2"), Some((3, b_token, "worker-b".into())));
+    assert_eq!(data(&server, "run-2"), Some(("step=3".into(), b_token)));
+}
+
+#[test]
+fn a_stalled_rust_workers_checkpoint_past_its_lease_is_redone_by_the_next() {
+    a_stalled_workers_checkpoint_past_its_lease_is_redone(Rust);
+}
+
+#[test]
+#[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
+fn a_stalled_python_workers_checkpoint_past_its_lease_is_redone_by_the_next() {
+    a_stalled_workers_checkpoint_past_its_lease_is_redone(Python);
+}
+
+/// A run worked to its end keeps its data: a worker that acquires it again
+/// (`starter`'s database, another worker) has nothing left to do, and
+/// releases it, writing nothing; one given more steps resumes after the
+/// last one. The data is `step=N` in both languages, so either resumes the
+/// other's run.
+fn a_finished_run_is_not_worked_again(starter: Language, rerunner: Language) {
+    let server = Server::start();
+    let temp = tempfile::tempdir().unwrap();
+    let db = temp.path().join("checkpoints.db");
+    let args = [
+        "--run",
+        "done",
+        "--ttl",
+        "5",
+        "--steps",
+        "3",
+        "--interval",
+        "0.1",
+    ];
+    let (code, output) = run_worker(starter, &server, &db, &args);
+    assert_eq!(code, FINISHED, "{output}");
+    assert!(output.lines().any(|l| l == FRESH), "{output}");
+    assert_eq!(written_steps(&output), [0, 1, 2], "{output}");
+    let (_, first) = acquired(&output);
+    let finished = Some((2, first, starter.worker_id().to_owned()));
+    assert_eq!(row(&db, "done"), finished);
+
+    let (code, output) = run_worker(rerunner, &server, &db, &args);
+    assert_eq!(code, FINISHED, "{output}");
+    let (_, again) = acquired(&output);
+    assert!(again > first, "{output}");
+    assert_eq!(resumed_after(&output), Some((2, first)), "{output}");
+    assert!(
+        output.contains("run already complete: nothing to do after checkpoint 2"),
+        "{output}"
+    );
+    assert_eq!(written_steps(&output), [0u32; 0], "{output}");
+    assert!(
+        output.contains(&format!(
+            "done: wrote 0 checkpoints (token {again}), released=1"
+        )),
+        "{output}"
+    );
+    assert_eq!(row(&db, "done"), finished);
+    assert_eq!(data(&server, "done"), Some(("step=2".into(), first)));
+    assert_eq!(server.typed().get("done", None), None, "not released");
+
+    let more = [&args[..4], &["--steps", "5"]].concat();
+    let (code, output) = run_worker(rerunner, &server, &db, &more);
+    assert_eq!(code, FINISHED, "{output}");
+    let (_, last) = acquired(&output);
+    assert_eq!(resumed_after(&output), Some((2, first)), "{output}");
+    assert_eq!(written_steps(&output), [3, 4], "{output}");
+    let expected = (4, last, rerunner.worker_id().to_owned());
+    assert_eq!(row(&db, "done"), Some(expected));
+    assert_eq!(data(&server, "done"), Some(("step=4".into(), last)));
+}
+
+#[test]
+fn a_finished_rust_run_is_not_worked_again() {
+    a_finished_run_is_not_worked_again(Rust, Rust);
+}
+
+#[test]
+#[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
+fn a_finished_python_run_is_not_worked_again() {
+    a_finished_run_is_not_worked_again(Python, Python);
+}
+
+#[test]
+#[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
+fn a_finished_python_run_is_not_worked_again_by_rust() {
+    a_finished_run_is_not_worked_again(Python, Rust);
+}
+
 /// The lease is taken away while the worker runs (released from another
 /// connection, and the run acquired by someone else): the worker's next
 /// heartbeat gets 0, or, more likely, its next checkpoint's
