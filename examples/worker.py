@@ -4,18 +4,22 @@
 
 It acquires the run, heartbeats in the background at a third of the TTL,
 and checkpoints its progress into a SQLite table, each write stamped with
-its fencing token. It stops writing the moment a heartbeat fails, and
-releases the lease when done. If the run is held by another worker it
+its fencing token, and into leased, as the run's data (`LEASE.SETDATA`).
+It acquires `WITHDATA`: a run that has a checkpoint (a worker before it
+stopped, crashed or was stalled past its TTL) is resumed at the step after
+it. It stops writing the moment a heartbeat or a `LEASE.SETDATA` fails,
+and releases the lease when done. If the run is held by another worker it
 exits, or with `--wait SECONDS` waits up to that long for it (a blocking
 `LEASE.ACQUIRE ... BLOCK ms`): the server hands it the run the moment the
 holder releases it or its lease expires, with the next fencing token.
 examples/worker.rs is the same worker in Rust, with the same options,
-outputs, exit codes and table: the two can share one database file.
+outputs, exit codes, table and checkpoint format: the two can share one
+database file, and either resumes a run the other left.
 
-Exit codes: 0 finished, 3 the run is held by another worker (with
-`--wait`: still held when the wait ran out), 4 lease lost (stopped
-writing), 5 a write rejected by the storage (stale token), 1 any other
-error; 2 bad options.
+Exit codes: 0 finished (or nothing left to do), 3 the run is held by
+another worker (with `--wait`: still held when the wait ran out), 4 lease
+lost (a heartbeat or a `LEASE.SETDATA` failed; stopped writing), 5 a write
+rejected by the storage (stale token), 1 any other error; 2 bad options.
 """
 
 import argparse
@@ -50,6 +54,21 @@ CHECKPOINT = """INSERT INTO checkpoints (run, step, token, worker) VALUES (?, ?,
     ON CONFLICT (run) DO UPDATE
     SET step = excluded.step, token = excluded.token, worker = excluded.worker
     WHERE excluded.token >= checkpoints.token"""
+
+
+# The run's data in leased is the last checkpoint written: `step=N`, in
+# ASCII, N the step's number (a decimal integer, 0 or more). The next holder
+# starts at step N + 1. examples/worker.rs writes and reads the same.
+def encode_checkpoint(step):
+    return f"step={step}".encode()
+
+
+def decode_checkpoint(data):
+    """The step of a `step=N` checkpoint."""
+    name, _, step = data.partition(b"=")
+    if name != b"step" or not step.isdigit():
+        raise ValueError(f"the run's data is not a checkpoint: {data!r}")
+    return int(step)
 
 
 def parse_args():
@@ -89,6 +108,17 @@ def checkpoint(db, run, step, token, worker):
     return db.execute(CHECKPOINT, (run, step, token, worker)).rowcount == 1
 
 
+def first_step(lease):
+    """The step to start at: 0 on a run without data, else the one after the
+    checkpoint in its data (the lease map of an acquire `WITHDATA`)."""
+    if lease[b"data"] is None:
+        say("no checkpoint: starting at step 0")
+        return 0
+    last = decode_checkpoint(lease[b"data"])
+    say(f"resuming after checkpoint {last} (written with token {lease[b'data_token']})")
+    return last + 1
+
+
 def wait_for_run(args):
     """Blocks until the server hands the run to this worker (its holder
     released it, or its lease expired), or `args.wait` seconds pass: the
@@ -104,7 +134,7 @@ def wait_for_run(args):
     block_ms = math.ceil(args.wait * 1000)
     try:
         return waiting.execute_command(
-            "LEASE.ACQUIRE", args.run, args.worker, "TTL", args.ttl, "BLOCK", block_ms
+            "LEASE.ACQUIRE", args.run, args.worker, "TTL", args.ttl, "BLOCK", block_ms, "WITHDATA"
         )
     finally:
         waiting.close()
@@ -124,7 +154,7 @@ def main():
     # A reply slower than the heartbeat period counts as a failed heartbeat.
     r = redis.Redis(port=args.port, protocol=3, socket_timeout=args.ttl / 3)
 
-    lease = r.execute_command("LEASE.ACQUIRE", args.run, args.worker, "TTL", args.ttl)
+    lease = r.execute_command("LEASE.ACQUIRE", args.run, args.worker, "TTL", args.ttl, "WITHDATA")
     if lease is None and args.wait is not None:
         lease = wait_for_run(args)
     if lease is None:
@@ -132,6 +162,11 @@ def main():
         sys.exit(HELD)
     lease_id, token = lease[b"lease_id"], lease[b"fencing_token"]
     say(f"acquired {lease_id.decode()} (token {token})")
+    first = first_step(lease)
+    # A run whose checkpoint is its last step (its data stays after the
+    # release that ends it) has nothing left to do: the worker releases it.
+    if 0 < args.steps <= first:
+        say(f"run already complete: nothing to do after checkpoint {first - 1}")
 
     lost = threading.Event()
 
@@ -146,8 +181,8 @@ def main():
 
     threading.Thread(target=heartbeat, daemon=True).start()
 
-    for step in range(args.steps):
-        if step > 0:
+    for step in range(first, args.steps):
+        if step > first:
             time.sleep(args.interval)  # the work
         if lost.is_set():
             say(f"lease lost: stopped writing before checkpoint {step}")
@@ -157,11 +192,29 @@ def main():
         if not checkpoint(db, args.run, step, token, args.worker):
             say(f"write rejected: checkpoint {step}'s token {token} is older than the table's")
             sys.exit(REJECTED)
+        # Then the run's data, the hint the next holder resumes from. The
+        # SQLite row comes first: it is the durable truth, fenced by the
+        # token in the write itself. A worker that stops between the two
+        # (a crash, or its lease lost) leaves the data a step behind the
+        # row, and the next holder redoes that one step with its higher
+        # token. The other order could leave data ahead of the row: a step
+        # resumed after but never written.
+        try:
+            stored = r.execute_command("LEASE.SETDATA", lease_id, token, encode_checkpoint(step))
+        except Exception:  # an error or a timeout: the lease may be gone
+            stored = 0
+        if stored != 1:
+            say(f"lease lost: checkpoint {step} is in the table, but leased refused it")
+            sys.exit(LOST)
         say(f"wrote checkpoint {step} (token {token})")
 
     lost.set()  # stops the heartbeat thread
     released = r.execute_command("LEASE.RELEASE", lease_id, token)
-    say(f"done: wrote {args.steps} checkpoints (token {token}), released={released}")
+    # The run's data stays (until lease-retention after this release, or a
+    # LEASE.DELDATA): a worker that acquires the run again finds its last
+    # step done, and does nothing.
+    written = max(0, args.steps - first)
+    say(f"done: wrote {written} checkpoints (token {token}), released={released}")
 
 
 if __name__ == "__main__":

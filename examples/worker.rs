@@ -4,18 +4,22 @@
 //!
 //! It acquires the run, heartbeats in the background at a third of the TTL,
 //! and checkpoints its progress into a SQLite table, each write stamped with
-//! its fencing token. It stops writing the moment a heartbeat fails, and
-//! releases the lease when done. If the run is held by another worker it
+//! its fencing token, and into leased, as the run's data (`LEASE.SETDATA`).
+//! It acquires `WITHDATA`: a run that has a checkpoint (a worker before it
+//! stopped, crashed or was stalled past its TTL) is resumed at the step after
+//! it. It stops writing the moment a heartbeat or a `LEASE.SETDATA` fails,
+//! and releases the lease when done. If the run is held by another worker it
 //! exits, or with `--wait SECONDS` waits up to that long for it (a blocking
 //! `LEASE.ACQUIRE ... BLOCK ms`): the server hands it the run the moment the
 //! holder releases it or its lease expires, with the next fencing token.
 //! examples/worker.py is the same worker in Python, with the same options,
-//! outputs, exit codes and table: the two can share one database file.
+//! outputs, exit codes, table and checkpoint format: the two can share one
+//! database file, and either resumes a run the other left.
 //!
-//! Exit codes: 0 finished, 3 the run is held by another worker (with
-//! `--wait`: still held when the wait ran out), 4 lease lost (stopped
-//! writing), 5 a write rejected by the storage (stale token), 1 any other
-//! error; 2 bad options.
+//! Exit codes: 0 finished (or nothing left to do), 3 the run is held by
+//! another worker (with `--wait`: still held when the wait ran out), 4 lease
+//! lost (a heartbeat or a `LEASE.SETDATA` failed; stopped writing), 5 a write
+//! rejected by the storage (stale token), 1 any other error; 2 bad options.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -56,6 +60,24 @@ const CHECKPOINT: &str =
     ON CONFLICT (run) DO UPDATE
     SET step = excluded.step, token = excluded.token, worker = excluded.worker
     WHERE excluded.token >= checkpoints.token";
+
+// The run's data in leased is the last checkpoint written: `step=N`, in
+// ASCII, N the step's number (a decimal integer, 0 or more). The next holder
+// starts at step N + 1. examples/worker.py writes and reads the same.
+fn encode_checkpoint(step: u32) -> Vec<u8> {
+    format!("step={step}").into_bytes()
+}
+
+/// The step of a `step=N` checkpoint.
+fn decode_checkpoint(data: &[u8]) -> Result<u32, String> {
+    data.strip_prefix(b"step=")
+        .filter(|step| !step.is_empty() && step.iter().all(u8::is_ascii_digit))
+        .and_then(|step| std::str::from_utf8(step).ok()?.parse().ok())
+        .ok_or_else(|| {
+            let data = String::from_utf8_lossy(data);
+            format!("the run's data is not a checkpoint: {data:?}")
+        })
+}
 
 /// A worker that holds a lease on its run while it works.
 #[derive(Parser)]
@@ -108,6 +130,20 @@ fn checkpoint(
     Ok(db.execute(CHECKPOINT, params![run, step, token, worker])? == 1)
 }
 
+/// The step to start at: 0 on a run without data, else the one after the
+/// checkpoint in its data (the lease map of an acquire `WITHDATA`).
+fn first_step(lease: &LeaseMap) -> Result<u32, Box<dyn std::error::Error>> {
+    let data: Option<Vec<u8>> = redis::from_redis_value(lease["data"].clone())?;
+    let Some(data) = data else {
+        println!("no checkpoint: starting at step 0");
+        return Ok(0);
+    };
+    let last = decode_checkpoint(&data)?;
+    let data_token: i64 = redis::from_redis_value(lease["data_token"].clone())?;
+    println!("resuming after checkpoint {last} (written with token {data_token})");
+    Ok(last.saturating_add(1))
+}
+
 /// Blocks until the server hands the run to this worker (its holder
 /// released it, or its lease expired), or `wait` seconds pass: the lease, or
 /// None.
@@ -137,6 +173,7 @@ async fn wait_for_run(
         .arg(options.ttl)
         .arg("BLOCK")
         .arg(block_ms)
+        .arg("WITHDATA")
         .query_async(&mut waiting)
         .await
 }
@@ -193,6 +230,7 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
         .arg(&options.worker)
         .arg("TTL")
         .arg(options.ttl)
+        .arg("WITHDATA")
         .query_async(&mut con)
         .await?;
     if lease.is_none()
@@ -207,6 +245,15 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
     let lease_id: String = redis::from_redis_value(lease["lease_id"].clone())?;
     let token: i64 = redis::from_redis_value(lease["fencing_token"].clone())?;
     println!("acquired {lease_id} (token {token})");
+    let first = first_step(&lease)?;
+    // A run whose checkpoint is its last step (its data stays after the
+    // release that ends it) has nothing left to do: the worker releases it.
+    if options.steps > 0 && first >= options.steps {
+        println!(
+            "run already complete: nothing to do after checkpoint {}",
+            first - 1
+        );
+    }
 
     let lost = Arc::new(AtomicBool::new(false));
     let beats = tokio::spawn(heartbeat(
@@ -217,8 +264,8 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
         lost.clone(),
     ));
 
-    for step in 0..options.steps {
-        if step > 0 {
+    for step in first..options.steps {
+        if step > first {
             tokio::time::sleep(Duration::from_secs_f64(options.interval)).await; // the work
         }
         if lost.load(Ordering::SeqCst) {
@@ -232,6 +279,24 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
             println!("write rejected: checkpoint {step}'s token {token} is older than the table's");
             return Ok(ExitCode::from(REJECTED));
         }
+        // Then the run's data, the hint the next holder resumes from. The
+        // SQLite row comes first: it is the durable truth, fenced by the
+        // token in the write itself. A worker that stops between the two
+        // (a crash, or its lease lost) leaves the data a step behind the
+        // row, and the next holder redoes that one step with its higher
+        // token. The other order could leave data ahead of the row: a step
+        // resumed after but never written.
+        let stored: redis::RedisResult<i64> = redis::cmd("LEASE.SETDATA")
+            .arg(&lease_id)
+            .arg(token)
+            .arg(encode_checkpoint(step))
+            .query_async(&mut con)
+            .await;
+        if stored != Ok(1) {
+            // An error or a timeout counts as a refusal: the lease may be gone.
+            println!("lease lost: checkpoint {step} is in the table, but leased refused it");
+            return Ok(ExitCode::from(LOST));
+        }
         println!("wrote checkpoint {step} (token {token})");
     }
 
@@ -241,9 +306,10 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
         .arg(token)
         .query_async(&mut con)
         .await?;
-    println!(
-        "done: wrote {} checkpoints (token {token}), released={released}",
-        options.steps
-    );
+    // The run's data stays (until lease-retention after this release, or a
+    // LEASE.DELDATA): a worker that acquires the run again finds its last
+    // step done, and does nothing.
+    let written = options.steps.saturating_sub(first);
+    println!("done: wrote {written} checkpoints (token {token}), released={released}");
     Ok(ExitCode::SUCCESS)
 }

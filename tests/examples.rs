@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::binary::{Server, wait_until};
-use common::client::bulk_value;
+use common::client::{bulk_value, field, int, pairs, text};
 
 /// The workers' exit codes.
 const FINISHED: i32 = 0;
@@ -279,6 +279,35 @@ fn row(db: &Path, run: &str) -> Option<(u32, i64, String)> {
     rows.next().map(|r| r.unwrap())
 }
 
+/// The run's data, `LEASE.GETDATA run`: the checkpoint and the token that
+/// wrote it.
+fn data(server: &Server, run: &str) -> Option<(String, i64)> {
+    match server.typed().run(&["LEASE.GETDATA", run]) {
+        redis::Value::Nil => None,
+        reply => {
+            let fields = pairs(reply);
+            Some((
+                text(&field(&fields, "value")),
+                int(&field(&fields, "fencing_token")),
+            ))
+        }
+    }
+}
+
+/// The step of `resuming after checkpoint K (written with token T)`, and T.
+fn resumed_after(output: &str) -> Option<(u32, i64)> {
+    let line = output
+        .lines()
+        .find_map(|l| l.strip_prefix("resuming after checkpoint "))?;
+    let (step, token) = line
+        .split_once(" (written with token ")
+        .expect("resuming line");
+    let token = token.strip_suffix(')').expect("resuming line");
+    Some((step.parse().unwrap(), token.parse().unwrap()))
+}
+
+const FRESH: &str = "no checkpoint: starting at step 0";
+
 fn a_worker_checkpoints_every_step_and_releases(language: Language) {
     let server = Server::start();
     let temp = tempfile::tempdir().unwrap();
@@ -298,10 +327,12 @@ fn a_worker_checkpoints_every_step_and_releases(language: Language) {
     assert_eq!(code, FINISHED, "{output}");
     let (lease_id, token) = acquired(&output);
     assert_eq!(lease_id, format!("{run}:{}:{token}", language.worker_id()));
+    assert!(output.lines().any(|l| l == FRESH), "{output}");
     assert_eq!(written_steps(&output), [0, 1, 2], "{output}");
     assert!(output.contains("released=1"), "{output}");
     let expected = (2, token, language.worker_id().to_owned());
     assert_eq!(row(&db, &run), Some(expected), "{output}");
+    assert_eq!(data(&server, &run), Some(("step=2".into(), token)));
     assert_eq!(server.typed().get(&run, None), None, "not released");
 }
 
@@ -348,73 +379,227 @@ fn the_python_worker_does_not_write_to_a_run_held_by_another() {
 }
 
 /// Worker A stops itself (SIGSTOP) just before a checkpoint, with its lease
-/// valid. Its lease expires; worker B takes the run over with a higher
-/// token and checkpoints to the end. A, resumed, writes at once, believing
-/// it still holds the run: the storage rejects the write, and the row is
-/// B's. The test does not wait for A's lease to expire: a LEASE.GET with
-/// an explicit `now` at its expiry moves registry time there.
-fn a_paused_workers_late_write_is_rejected(paused: Language, taker: Language) {
+/// valid, and its lease expires: registry time moves to A's expiry, A
+/// stalled. Worker `taker` B acquires the run `WITHDATA` with a higher
+/// token: it does not start over, but resumes right after A's last
+/// accepted checkpoint, and checkpoints to the end. A, resumed, writes at
+/// once, believing it still holds the run: the storage rejects the write,
+/// and the row and the run's data stay B's.
+fn a_stalled_workers_late_write_is_rejected(paused: Language, taker: Language) {
     let server = Server::start();
     let temp = tempfile::tempdir().unwrap();
     let db = temp.path().join("checkpoints.db");
     let a_args = ["--run", "run-1", "--worker", "worker-a", "--ttl", "3"];
-    let a_args = [&a_args[..], &["--steps", "3", "--pause-before-write", "1"]].concat();
+    let a_args = [&a_args[..], &["--steps", "4", "--pause-before-write", "2"]].concat();
     let mut a = Worker::start(paused, &server, &db, &a_args);
-    a.line_with("pausing before checkpoint 1");
+    a.line_with("pausing before checkpoint 2");
     a.wait_stopped();
     let (_, a_token) = acquired(&a.output());
-    assert_eq!(row(&db, "run-1"), Some((0, a_token, "worker-a".into())));
-
-    // Registry time moves to A's expiry: the registry's word that A's
-    // lease expired, without waiting for it.
-    let mut con = server.typed();
-    let lease = con.get("run-1", None).expect("A's lease");
-    assert_eq!((lease.fencing_token, lease.expired), (a_token, Some(0)));
-    let expired = con.get("run-1", Some(lease.expires_at));
-    assert_eq!(expired, Some(lease.with_expired(true)));
+    assert_eq!(written_steps(&a.output()), [0, 1], "{}", a.output());
+    assert_eq!(row(&db, "run-1"), Some((1, a_token, "worker-a".into())));
+    assert_eq!(data(&server, "run-1"), Some(("step=1".into(), a_token)));
+    expire(&server, "run-1", a_token);
 
     let b_args = [
-        "--run", "run-1", "--worker", "worker-b", "--ttl", "5", "--steps", "3",
+        "--run", "run-1", "--worker", "worker-b", "--ttl", "5", "--steps", "4",
     ];
     let (code, b_output) = run_worker(taker, &server, &db, &b_args);
     assert_eq!(code, FINISHED, "{b_output}");
     let (_, b_token) = acquired(&b_output);
     assert!(b_token > a_token, "B's token {b_token}, A's {a_token}");
-    assert_eq!(row(&db, "run-1"), Some((2, b_token, "worker-b".into())));
+    assert_eq!(resumed_after(&b_output), Some((1, a_token)), "{b_output}");
+    assert_eq!(written_steps(&b_output), [2, 3], "{b_output}");
+    assert_eq!(row(&db, "run-1"), Some((3, b_token, "worker-b".into())));
+    assert_eq!(data(&server, "run-1"), Some(("step=3".into(), b_token)));
 
     a.resume();
     let (code, a_output) = a.finish();
     assert_eq!(code, REJECTED, "{a_output}");
     assert!(
-        a_output.contains("write rejected: checkpoint 1"),
+        a_output.contains("write rejected: checkpoint 2"),
         "{a_output}"
     );
-    assert_eq!(written_steps(&a_output), [0], "{a_output}");
-    assert_eq!(row(&db, "run-1"), Some((2, b_token, "worker-b".into())));
+    assert_eq!(written_steps(&a_output), [0, 1], "{a_output}");
+    assert_eq!(row(&db, "run-1"), Some((3, b_token, "worker-b".into())));
+    assert_eq!(data(&server, "run-1"), Some(("step=3".into(), b_token)));
+}
+
+/// Moves registry time to the expiry of the lease on `run`, which must
+/// have `token`: the registry's word that it expired, without waiting.
+fn expire(server: &Server, run: &str, token: i64) {
+    let mut con = server.typed();
+    let lease = con.get(run, None).expect("the lease");
+    assert_eq!((lease.fencing_token, lease.expired), (token, Some(0)));
+    let expired = con.get(run, Some(lease.expires_at));
+    assert_eq!(expired, Some(lease.with_expired(true)));
 }
 
 #[test]
-fn a_paused_rust_workers_late_write_is_rejected_after_another_rust_worker_took_over() {
-    a_paused_workers_late_write_is_rejected(Rust, Rust);
+fn a_stalled_rust_workers_run_is_resumed_by_another_and_its_late_write_rejected() {
+    a_stalled_workers_late_write_is_rejected(Rust, Rust);
 }
 
 #[test]
 #[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
-fn a_paused_python_workers_late_write_is_rejected_after_rust_took_over() {
-    a_paused_workers_late_write_is_rejected(Python, Rust);
+fn a_stalled_python_workers_run_is_resumed_by_another_and_its_late_write_rejected() {
+    a_stalled_workers_late_write_is_rejected(Python, Python);
 }
 
 #[test]
 #[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
-fn a_paused_rust_workers_late_write_is_rejected_after_python_took_over() {
-    a_paused_workers_late_write_is_rejected(Rust, Python);
+fn a_stalled_python_workers_run_is_resumed_by_rust_and_its_late_write_rejected() {
+    a_stalled_workers_late_write_is_rejected(Python, Rust);
+}
+
+#[test]
+#[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
+fn a_stalled_rust_workers_run_is_resumed_by_python_and_its_late_write_rejected() {
+    a_stalled_workers_late_write_is_rejected(Rust, Python);
+}
+
+/// The order of a checkpoint's two writes, SQLite row first, run data
+/// second. Worker A is stalled just before checkpoint 2 until its lease
+/// expires; B takes the run over and stops itself (SIGSTOP) before it has
+/// written anything, so the row's token is still A's. A, resumed, writes
+/// checkpoint 2: the row takes it (the storage knows no newer token), but
+/// `LEASE.SETDATA` is refused, for A's lease is no longer the run's, and
+/// A stops as one whose heartbeat failed. The run's data still says
+/// checkpoint 1; B, resumed, redoes checkpoint 2 with its higher token and
+/// goes on. Every step is in the table, none skipped, the last one B's.
+fn a_stalled_workers_checkpoint_past_its_lease_is_redone(language: Language) {
+    let server = Server::start();
+    let temp = tempfile::tempdir().unwrap();
+    let db = temp.path().join("checkpoints.db");
+    let a_args = ["--run", "run-2", "--worker", "worker-a", "--ttl", "3"];
+    let a_args = [&a_args[..], &["--steps", "4", "--pause-before-write", "2"]].concat();
+    let mut a = Worker::start(language, &server, &db, &a_args);
+    a.line_with("pausing before checkpoint 2");
+    a.wait_stopped();
+    let (_, a_token) = acquired(&a.output());
+    expire(&server, "run-2", a_token);
+
+    // B's TTL outlasts all that A does while B is stopped.
+    let b_args = ["--run", "run-2", "--worker", "worker-b", "--ttl", "30"];
+    let b_args = [&b_args[..], &["--steps", "4", "--pause-before-write", "2"]].concat();
+    let mut b = Worker::start(language, &server, &db, &b_args);
+    b.line_with("pausing before checkpoint 2");
+    b.wait_stopped();
+    let (_, b_token) = acquired(&b.output());
+    assert!(b_token > a_token, "B's token {b_token}, A's {a_token}");
+    assert_eq!(resumed_after(&b.output()), Some((1, a_token)));
+
+    a.resume();
+    let (code, a_output) = a.finish();
+    assert_eq!(code, LOST, "{a_output}");
+    assert!(
+        a_output.contains("lease lost: checkpoint 2 is in the table, but leased refused it"),
+        "{a_output}"
+    );
+    assert_eq!(written_steps(&a_output), [0, 1], "{a_output}");
+    assert_eq!(row(&db, "run-2"), Some((2, a_token, "worker-a".into())));
+    assert_eq!(data(&server, "run-2"), Some(("step=1".into(), a_token)));
+
+    b.resume();
+    let (code, b_output) = b.finish();
+    assert_eq!(code, FINISHED, "{b_output}");
+    assert_eq!(written_steps(&b_output), [2, 3], "{b_output}");
+    assert_eq!(row(&db, "run-2"), Some((3, b_token, "worker-b".into())));
+    assert_eq!(data(&server, "run-2"), Some(("step=3".into(), b_token)));
+}
+
+#[test]
+fn a_stalled_rust_workers_checkpoint_past_its_lease_is_redone_by_the_next() {
+    a_stalled_workers_checkpoint_past_its_lease_is_redone(Rust);
+}
+
+#[test]
+#[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
+fn a_stalled_python_workers_checkpoint_past_its_lease_is_redone_by_the_next() {
+    a_stalled_workers_checkpoint_past_its_lease_is_redone(Python);
+}
+
+/// A run worked to its end keeps its data: a worker that acquires it again
+/// (`starter`'s database, another worker) has nothing left to do, and
+/// releases it, writing nothing; one given more steps resumes after the
+/// last one. The data is `step=N` in both languages, so either resumes the
+/// other's run.
+fn a_finished_run_is_not_worked_again(starter: Language, rerunner: Language) {
+    let server = Server::start();
+    let temp = tempfile::tempdir().unwrap();
+    let db = temp.path().join("checkpoints.db");
+    let args = [
+        "--run",
+        "done",
+        "--ttl",
+        "5",
+        "--steps",
+        "3",
+        "--interval",
+        "0.1",
+    ];
+    let (code, output) = run_worker(starter, &server, &db, &args);
+    assert_eq!(code, FINISHED, "{output}");
+    assert!(output.lines().any(|l| l == FRESH), "{output}");
+    assert_eq!(written_steps(&output), [0, 1, 2], "{output}");
+    let (_, first) = acquired(&output);
+    let finished = Some((2, first, starter.worker_id().to_owned()));
+    assert_eq!(row(&db, "done"), finished);
+
+    let (code, output) = run_worker(rerunner, &server, &db, &args);
+    assert_eq!(code, FINISHED, "{output}");
+    let (_, again) = acquired(&output);
+    assert!(again > first, "{output}");
+    assert_eq!(resumed_after(&output), Some((2, first)), "{output}");
+    assert!(
+        output.contains("run already complete: nothing to do after checkpoint 2"),
+        "{output}"
+    );
+    assert_eq!(written_steps(&output), [0u32; 0], "{output}");
+    assert!(
+        output.contains(&format!(
+            "done: wrote 0 checkpoints (token {again}), released=1"
+        )),
+        "{output}"
+    );
+    assert_eq!(row(&db, "done"), finished);
+    assert_eq!(data(&server, "done"), Some(("step=2".into(), first)));
+    assert_eq!(server.typed().get("done", None), None, "not released");
+
+    let more = [&args[..4], &["--steps", "5"]].concat();
+    let (code, output) = run_worker(rerunner, &server, &db, &more);
+    assert_eq!(code, FINISHED, "{output}");
+    let (_, last) = acquired(&output);
+    assert_eq!(resumed_after(&output), Some((2, first)), "{output}");
+    assert_eq!(written_steps(&output), [3, 4], "{output}");
+    let expected = (4, last, rerunner.worker_id().to_owned());
+    assert_eq!(row(&db, "done"), Some(expected));
+    assert_eq!(data(&server, "done"), Some(("step=4".into(), last)));
+}
+
+#[test]
+fn a_finished_rust_run_is_not_worked_again() {
+    a_finished_run_is_not_worked_again(Rust, Rust);
+}
+
+#[test]
+#[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
+fn a_finished_python_run_is_not_worked_again() {
+    a_finished_run_is_not_worked_again(Python, Python);
+}
+
+#[test]
+#[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
+fn a_finished_python_run_is_not_worked_again_by_rust() {
+    a_finished_run_is_not_worked_again(Python, Rust);
 }
 
 /// The lease is taken away while the worker runs (released from another
 /// connection, and the run acquired by someone else): the worker's next
-/// heartbeat gets 0, and it writes no checkpoint after that. It has far
+/// heartbeat gets 0, or, more likely, its next checkpoint's
+/// `LEASE.SETDATA` does, and it writes no checkpoint after that. It has far
 /// more steps than it can do before its next heartbeat, so the outcome does
-/// not hang on timing.
+/// not hang on timing; which of the two notices first does, and the test
+/// checks each outcome exactly.
 fn a_worker_stops_writing_once_a_heartbeat_fails(language: Language) {
     let server = Server::start();
     let temp = tempfile::tempdir().unwrap();
@@ -441,16 +626,28 @@ fn a_worker_stops_writing_once_a_heartbeat_fails(language: Language) {
 
     let (code, output) = worker.finish();
     assert_eq!(code, LOST, "{output}");
-    let stopped: u32 = output
-        .lines()
-        .find_map(|l| l.strip_prefix("lease lost: stopped writing before checkpoint "))
-        .and_then(|step| step.parse().ok())
-        .unwrap_or_else(|| panic!("no lease lost line:\n{output}"));
+    let step_after = |prefix: &str, suffix: &str| {
+        let rest = output.lines().find_map(|l| l.strip_prefix(prefix))?;
+        rest.strip_suffix(suffix)?.parse::<u32>().ok()
+    };
+    let (stopped, in_table) =
+        if let Some(step) = step_after("lease lost: stopped writing before checkpoint ", "") {
+            (step, step - 1) // a heartbeat failed
+        } else if let Some(step) = step_after(
+            "lease lost: checkpoint ",
+            " is in the table, but leased refused it",
+        ) {
+            (step, step) // the row took it, leased did not
+        } else {
+            panic!("no lease lost line:\n{output}")
+        };
     let written = written_steps(&output);
     assert_eq!(written, (0..stopped).collect::<Vec<_>>(), "{output}");
     assert!(stopped < 1000, "{output}");
-    let expected = (stopped - 1, token, language.worker_id().to_owned());
+    let expected = (in_table, token, language.worker_id().to_owned());
     assert_eq!(row(&db, &run), Some(expected), "{output}");
+    let last = format!("step={}", stopped - 1);
+    assert_eq!(data(&server, &run), Some((last, token)), "{output}");
 }
 
 #[test]
@@ -465,14 +662,17 @@ fn the_python_worker_stops_writing_once_a_heartbeat_fails() {
 }
 
 /// A worker with `--wait` finds its run held by another worker process and
-/// waits for it; that process is killed (SIGKILL: it releases nothing), and
-/// once its lease expires on the server's clock the server hands the run
-/// to the waiting worker, with the next token. It checkpoints to the end.
-fn a_waiting_worker_gets_the_run_of_a_killed_one(language: Language) {
+/// waits for it; that process is killed (SIGKILL: it releases nothing)
+/// while it works on the step after its checkpoint 0 (a step takes it 30
+/// seconds, while it heartbeats), and once its lease expires on the
+/// server's clock the server hands the run to the waiting worker, with the
+/// next token and the run's data. It resumes after checkpoint 0 and
+/// checkpoints to the end.
+fn a_waiting_worker_gets_the_run_of_a_killed_one(holder: Language, waiter: Language) {
     let server = Server::start();
     let temp = tempfile::tempdir().unwrap();
     let db = temp.path().join("checkpoints.db");
-    let run = format!("killed-{language:?}");
+    let run = format!("killed-{holder:?}-{waiter:?}");
     let holder_args = [
         "--run",
         &run,
@@ -481,12 +681,12 @@ fn a_waiting_worker_gets_the_run_of_a_killed_one(language: Language) {
         "--ttl",
         "1",
         "--steps",
-        "1000",
+        "4",
         "--interval",
-        "0.1",
+        "30",
     ];
-    let mut holder = Worker::start(language, &server, &db, &holder_args);
-    holder.line_with("wrote checkpoint 1 ");
+    let mut holder = Worker::start(holder, &server, &db, &holder_args);
+    holder.line_with("wrote checkpoint 0 ");
     let (_, holder_token) = acquired(&holder.output());
 
     let waiter_args = [
@@ -497,13 +697,13 @@ fn a_waiting_worker_gets_the_run_of_a_killed_one(language: Language) {
         "--ttl",
         "5",
         "--steps",
-        "3",
+        "4",
         "--interval",
         "0.1",
         "--wait",
         "30",
     ];
-    let mut waiter = Worker::start(language, &server, &db, &waiter_args);
+    let mut waiter = Worker::start(waiter, &server, &db, &waiter_args);
     waiter.line_with(&format!("waiting up to 30 s for {run}"));
     // The line comes before the blocked acquire is sent: wait until the
     // server has queued it.
@@ -521,20 +721,28 @@ fn a_waiting_worker_gets_the_run_of_a_killed_one(language: Language) {
     let (lease_id, token) = acquired(&output);
     assert_eq!(token, holder_token + 1, "{output}");
     assert_eq!(lease_id, format!("{run}:waiter:{token}"));
-    assert_eq!(written_steps(&output), [0, 1, 2], "{output}");
+    assert_eq!(resumed_after(&output), Some((0, holder_token)), "{output}");
+    assert_eq!(written_steps(&output), [1, 2, 3], "{output}");
     assert!(output.contains("released=1"), "{output}");
-    assert_eq!(row(&db, &run), Some((2, token, "waiter".to_owned())));
+    assert_eq!(row(&db, &run), Some((3, token, "waiter".to_owned())));
+    assert_eq!(data(&server, &run), Some(("step=3".into(), token)));
 }
 
 #[test]
 fn a_waiting_rust_worker_gets_the_run_of_a_killed_one() {
-    a_waiting_worker_gets_the_run_of_a_killed_one(Rust);
+    a_waiting_worker_gets_the_run_of_a_killed_one(Rust, Rust);
 }
 
 #[test]
 #[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
 fn a_waiting_python_worker_gets_the_run_of_a_killed_one() {
-    a_waiting_worker_gets_the_run_of_a_killed_one(Python);
+    a_waiting_worker_gets_the_run_of_a_killed_one(Python, Python);
+}
+
+#[test]
+#[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
+fn a_waiting_rust_worker_resumes_the_run_of_a_killed_python_one() {
+    a_waiting_worker_gets_the_run_of_a_killed_one(Python, Rust);
 }
 
 /// A worker whose `--wait` runs out with the run still held exits 3, as
