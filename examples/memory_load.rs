@@ -22,6 +22,15 @@
 //!   `--ids dash`: `run-0000124` and `worker-24`.
 //! - `--leases N`, `--batch N` (10000 commands per pipeline),
 //!   `--host HOST` (127.0.0.1).
+//! - `--tenures K` (leased only): then, K times over, releases every
+//!   lease and acquires its run again, so that each run keeps K past
+//!   tenures (`LEASE.HISTORY`; K below `lease-history-len`), and prints a
+//!   second CSV line: what the first round added per run (the run's
+//!   entry and its first past tenure) and what each later past tenure
+//!   added:
+//!
+//!     history,ids,leases,tenures,bytes_first_per_run,bytes_per_later_tenure,
+//!     run_history_entries
 
 use std::time::Duration;
 
@@ -53,6 +62,7 @@ struct Options {
     ids: Ids,
     leases: usize,
     batch: usize,
+    tenures: usize,
 }
 
 fn parse_options() -> Result<Options, Error> {
@@ -64,6 +74,7 @@ fn parse_options() -> Result<Options, Error> {
         ids: Ids::Colon,
         leases: 1_000_000,
         batch: 10_000,
+        tenures: 0,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -74,6 +85,7 @@ fn parse_options() -> Result<Options, Error> {
             "--sha" => options.sha = value()?,
             "--leases" => options.leases = value()?.parse()?,
             "--batch" => options.batch = value()?.parse()?,
+            "--tenures" => options.tenures = value()?.parse()?,
             "--target" => {
                 options.target = match value()?.as_str() {
                     "leased" => Target::Leased,
@@ -97,6 +109,9 @@ fn parse_options() -> Result<Options, Error> {
     }
     if options.target == Target::Lua && options.sha.is_empty() {
         return Err("--target lua needs --sha SHA of bench/lease.lua".into());
+    }
+    if options.tenures > 0 && options.target != Target::Leased {
+        return Err("--tenures needs --target leased".into());
     }
     if options.batch == 0 {
         return Err("--batch must be positive".into());
@@ -160,6 +175,57 @@ fn acquire(options: &Options, pipe: &mut redis::Pipeline, i: usize) {
     }
 }
 
+/// Round `round` of `--tenures` for the `i`th run: releases its lease and
+/// acquires the run again. The loader is the server's only client, so
+/// the tokens are known: the `i`th acquire of round `r` (round 0 being the
+/// first load) got token `r * leases + i + 1`.
+fn retake(options: &Options, pipe: &mut redis::Pipeline, round: usize, i: usize) {
+    let (run, worker) = ids(options.ids, i);
+    let token = (round - 1) * options.leases + i + 1;
+    pipe.cmd("LEASE.RELEASE")
+        .arg(format!("{run}:{worker}:{token}"))
+        .arg(token);
+    acquire(options, pipe, i);
+}
+
+/// Memory after each round of `--tenures`, from `start` (the memory after
+/// the first load); prints the history CSV line.
+async fn measure_tenures(
+    options: &Options,
+    con: &mut MultiplexedConnection,
+    start: i64,
+) -> Result<(), Error> {
+    let mut used = vec![start];
+    for round in 1..=options.tenures {
+        support::load(con, options.leases, options.batch / 2, |pipe, i| {
+            retake(options, pipe, round, i)
+        })
+        .await?;
+        wait_idle(con).await?;
+        used.push(number(&info(con, "memory").await?, "used_memory")?);
+    }
+    let entries = number(&info(con, "memory").await?, "run_history_entries")?;
+    let want = (options.leases * options.tenures) as i64;
+    if entries != want {
+        return Err(
+            format!("{entries} past tenures kept, not {want}: was a release refused?").into(),
+        );
+    }
+    let runs = options.leases as f64;
+    let first = (used[1] - used[0]) as f64 / runs;
+    let later = match options.tenures {
+        1 => f64::NAN,
+        k => (used[k] - used[1]) as f64 / (runs * (k - 1) as f64),
+    };
+    println!(
+        "history,{},{},{},{first:.1},{later:.1},{entries}",
+        ids_name(options.ids),
+        options.leases,
+        options.tenures,
+    );
+    Ok(())
+}
+
 /// Waits until no log rewrite is under way, so its buffers are not counted.
 async fn wait_idle(con: &mut MultiplexedConnection) -> Result<(), Error> {
     loop {
@@ -202,5 +268,8 @@ async fn main() -> Result<(), Error> {
         options.leases,
     );
     eprintln!("keys held afterwards (DBSIZE): {held}");
+    if options.tenures > 0 {
+        measure_tenures(&options, &mut con, used_to).await?;
+    }
     Ok(())
 }

@@ -402,3 +402,39 @@ fn run_data_commands_parse_and_check_their_arguments() {
         );
     }
 }
+
+#[test]
+fn lease_history_takes_a_run_and_a_positive_count() {
+    assert_eq!(
+        lease(&["LEASE.HISTORY", "r"]),
+        Op::History {
+            run_id: b("r"),
+            count: usize::MAX,
+        }
+    );
+    // Any case, and the last COUNT wins, as Redis's options do.
+    assert_eq!(
+        lease(&["lease.history", "r", "count", "9", "COUNT", "2"]),
+        Op::History {
+            run_id: b("r"),
+            count: 2,
+        }
+    );
+    for (count, error) in [
+        ("0", "ERR value is out of range, must be positive"),
+        ("-1", "ERR value is out of range, must be positive"),
+        ("x", "ERR value is not an integer or out of range"),
+    ] {
+        assert_eq!(error_of(&["LEASE.HISTORY", "r", "COUNT", count]), error);
+    }
+    for args in [
+        &["LEASE.HISTORY", "r", "COUNT"][..],
+        &["LEASE.HISTORY", "r", "LIMIT", "1"][..],
+    ] {
+        assert_eq!(error_of(args), "ERR syntax error");
+    }
+    assert_eq!(
+        error_of(&["LEASE.HISTORY"]),
+        "ERR wrong number of arguments for 'lease.history' command"
+    );
+}

@@ -70,7 +70,7 @@ impl super::Registry {
     pub fn get_data(&self, run_id: &[u8], at: f64) -> Option<RunData> {
         let entry = self.runs.get(run_id)?;
         let data = entry.data.as_ref()?;
-        (!self.run_gone(run_id, entry, at)).then(|| data.clone())
+        (!self.run_gone(run_id, entry, at)).then(|| RunData::clone(data))
     }
 
     /// Runs that have data (some may be due to go).
