@@ -19,7 +19,7 @@
 //! read treats an entry that is due as gone, swept or not (a read never
 //! writes).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, btree_map};
 use std::ops::Bound;
 
 use bytes::Bytes;
@@ -91,13 +91,17 @@ impl RunStore {
         self.by_run.get(run_id)
     }
 
-    /// The run's entry, made if it has none.
+    /// The run's entry, made if it has none: one walk of the map (the
+    /// key is copied even when the run has an entry; the walk costs
+    /// more).
     fn entry(&mut self, run_id: &[u8]) -> &mut Entry {
-        if !self.by_run.contains_key(run_id) {
-            self.data_memory += run_id.len() + ENTRY_OVERHEAD;
-            self.by_run.insert(run_id.into(), Entry::default());
+        match self.by_run.entry(run_id.into()) {
+            btree_map::Entry::Occupied(entry) => entry.into_mut(),
+            btree_map::Entry::Vacant(entry) => {
+                self.data_memory += run_id.len() + ENTRY_OVERHEAD;
+                entry.insert(Entry::default())
+            }
         }
-        self.by_run.get_mut(run_id).expect("just made")
     }
 
     /// Sets the run's data. Only a run's lease writes its data, so the run
