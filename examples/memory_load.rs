@@ -27,10 +27,8 @@
 //!   tenures (`LEASE.HISTORY`; K below `lease-history-len`), and prints a
 //!   second CSV line: what the first round added per run (the run's
 //!   entry and its first past tenure) and what each later past tenure
-//!   added:
-//!
-//!     history,ids,leases,tenures,bytes_first_per_run,bytes_per_later_tenure,
-//!     run_history_entries
+//!   added, as `history,ids,leases,tenures,bytes_first_per_run,`
+//!   `bytes_per_later_tenure,run_history_entries`.
 
 use std::time::Duration;
 

@@ -154,7 +154,11 @@ fn skip(bytes: &mut &[u8]) -> u64 {
     let end = bytes.get_u8();
     bytes.advance(4);
     let worker_len = bytes.get_u32_le() as usize;
-    let ended_at = if end == TenureEnd::Expired as u8 { 0 } else { 8 };
+    let ended_at = if end == TenureEnd::Expired as u8 {
+        0
+    } else {
+        8
+    };
     bytes.advance(worker_len + ended_at);
     fencing_token
 }
