@@ -20,7 +20,7 @@
 //! read treats data that is due as gone, swept or not (a read never
 //! writes).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, btree_map};
 use std::ops::Bound;
 
 use bytes::Bytes;
@@ -86,24 +86,24 @@ impl DataStore {
     }
 
     /// Sets the run's data; a run that has data to set has a lease, so it
-    /// is no orphan.
-    pub(super) fn set(&mut self, run_id: &[u8], data: RunData) {
-        self.adopt(run_id);
+    /// is no orphan. One walk of the map, whether the run has data or not.
+    pub(super) fn set(&mut self, run_id: &Bytes, data: RunData) {
         let added = data.value.len();
-        match self.by_run.get_mut(run_id) {
-            Some(entry) => {
+        match self.by_run.entry(run_id.clone()) {
+            btree_map::Entry::Occupied(mut slot) => {
+                let entry = slot.get_mut();
+                if let Some(at) = entry.orphaned_at.take() {
+                    self.orphans.remove(&(Seconds(at), run_id.clone()));
+                }
                 self.memory = self.memory - entry.data.value.len() + added;
                 entry.data = data;
             }
-            None => {
+            btree_map::Entry::Vacant(slot) => {
                 self.memory += run_id.len() + added + ENTRY_OVERHEAD;
-                self.by_run.insert(
-                    Bytes::copy_from_slice(run_id),
-                    Entry {
-                        data,
-                        orphaned_at: None,
-                    },
-                );
+                slot.insert(Entry {
+                    data,
+                    orphaned_at: None,
+                });
             }
         }
     }
