@@ -259,5 +259,37 @@ both VALIDATE clock clock:w:24 24
 both ACQUIRE clock w
 both GET far
 
+# Run data, at the server clock: SETDATA passes HEARTBEAT's test and does
+# not extend the lease; DELDATA says whether there was data to delete.
+both_clock ACQUIRE data w TTL 30     # token 27
+both SETDATA data:w:27 27 v1
+both SETDATA data:w:27 27 v2
+both SETDATA data:w:27 26 v3         # token of another lease
+both SETDATA data:w:26 27 v3         # id of another lease
+both SETDATA far2:w:26 26 ''         # empty value
+both DELDATA data:w:27 27
+both DELDATA data:w:27 27            # nothing left
+both DELDATA data:w:27 28
+both SETDATA data:w:27 27 v4 0       # lagging: evaluated at registry time
+both SETDATA data:w:27 27 v5 1e12    # too far ahead
+both_clock GET data
+both RELEASE data:w:27 27
+both SETDATA data:w:27 27 v6         # released
+both DELDATA data:w:27 27
+both_clock ACQUIRE data-x w TTL 0.05 # token 28
+sleep 0.2
+both SETDATA data-x:w:28 28 v7       # expired
+both DELDATA data-x:w:28 28
+both SETDATA
+both SETDATA id 1
+both SETDATA id x v
+both SETDATA id 0 v
+both SETDATA id 1 v soon
+both SETDATA id 1 v 1 2
+both SETDATA id 1 "$(printf '%065537d' 0)" # longer than lease-max-data-len
+both DELDATA id
+both DELDATA id x
+both DELDATA id 1 2
+
 printf '%d commands checked, %d different\n' "$CHECKED" "$DIFFERENT"
 ((DIFFERENT == 0))

@@ -22,10 +22,17 @@
 #                                        leases, on both (lease_load)
 #                         release        LEASE.RELEASE that succeeds, each of -n
 #                                        leases once, on both (lease_load)
+#                         setdata        LEASE.SETDATA of a --value-size value
+#                                        to many different live leases; on
+#                                        Redis the script's SETDATA, HEARTBEAT's
+#                                        check then SET (lease_load)
+#                         setdata-one    the same with one live lease that all
+#                                        connections write (lease_load)
 #                       (default: all of them, in this order)
-#   --leases N          leases the heartbeat-many and validate-many rows spread
-#                       their requests over (default -n: every request has a
-#                       lease of its own)
+#   --leases N          leases the heartbeat-many, validate-many and setdata
+#                       rows spread their requests over (default -n: every
+#                       request has a lease of its own)
+#   --value-size N      bytes of run data per setdata request (1024)
 #   -n N                requests per row and run (100000)
 #   -c N                parallel connections (50)
 #   --repeat R          run every row R times, alternating leased and Redis,
@@ -45,15 +52,16 @@
 # redis-benchmark reports them, and leased's ops/s over Redis's.
 #
 # redis-benchmark cannot send a lease id together with its own token, so
-# the heartbeat-many, validate-many and release rows are run by
+# the heartbeat-many, validate-many, release and setdata rows are run by
 # examples/lease_load.rs (built by this script) with the same -n, -c and
 # -P. For each run it first acquires its leases (untimed; runs with a
 # prefix of their own, TTL 1e9), then sends request i for lease i mod N in
 # pipelines of -P, checks that every reply is 1 and fails otherwise, and
 # prints redis-benchmark's CSV. Its ops/s count the timed phase only; its
 # latencies are of whole pipelines (write P commands, read P replies).
-# heartbeat-many and validate-many release their leases afterwards
-# (untimed), so repeated runs do not pile leases up on the servers.
+# heartbeat-many, validate-many and the setdata rows release their leases
+# afterwards (untimed; setdata deletes the data first), so repeated runs do
+# not pile leases or data up on the servers.
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -61,7 +69,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 MODES=always,everysec,no
 PIPELINES=1,16
 ROWS=acquire,set-nx,ping,heartbeat,validate,validate-miss,heartbeat-many,validate-many,release
+ROWS+=,setdata,setdata-one
 LEASES=""
+VALUE_SIZE=1024
 REQUESTS=100000
 CLIENTS=50
 REPEAT=1
@@ -84,6 +94,7 @@ while (($#)); do
     -n) REQUESTS=$2; shift 2 ;;
     -c) CLIENTS=$2; shift 2 ;;
     --leases) LEASES=$2; shift 2 ;;
+    --value-size) VALUE_SIZE=$2; shift 2 ;;
     --repeat) REPEAT=$2; shift 2 ;;
     --quick) REQUESTS=20000; ROWS=acquire,set-nx,ping; shift ;;
     --pin) PIN=1; shift ;;
@@ -104,15 +115,16 @@ for mode in "${MODE_LIST[@]}"; do
 done
 LOAD_ROWS=0
 for row in "${ROW_LIST[@]}"; do
-    [[ $row =~ ^(acquire|set-nx|ping|heartbeat|validate|validate-miss|heartbeat-many|validate-many|release)$ ]] ||
+    [[ $row =~ ^(acquire|set-nx|ping|heartbeat|validate|validate-miss|heartbeat-many|validate-many|release|setdata|setdata-one)$ ]] ||
         die "unknown row $row"
-    if [[ $row =~ ^(heartbeat-many|validate-many|release)$ ]]; then
+    if [[ $row =~ ^(heartbeat-many|validate-many|release|setdata|setdata-one)$ ]]; then
         LOAD_ROWS=1
     fi
 done
 [[ -n $LEASES ]] || LEASES=$REQUESTS
 [[ $REQUESTS =~ ^[1-9][0-9]*$ && $CLIENTS =~ ^[1-9][0-9]*$ && $REPEAT =~ ^[1-9][0-9]*$ &&
-    $LEASES =~ ^[1-9][0-9]*$ ]] || die "-n, -c, --repeat and --leases take positive integers"
+    $LEASES =~ ^[1-9][0-9]*$ && $VALUE_SIZE =~ ^[0-9]+$ ]] ||
+    die "-n, -c, --repeat and --leases take positive integers, --value-size a count"
 
 SERVER_CPU=()
 BENCH_CPU=()
@@ -269,6 +281,13 @@ run_row() {
         L_CMD=(--target leased --op "$op" --leases "$leases")
         R_CMD=(--target lua --sha "$SHA" --op "$op" --leases "$leases")
         ;;
+    setdata | setdata-one)
+        RUNNER=load_once
+        local leases=$LEASES
+        [[ $row == setdata-one ]] && leases=1
+        L_CMD=(--target leased --op setdata --leases "$leases" --value-size "$VALUE_SIZE")
+        R_CMD=(--target lua --sha "$SHA" --op setdata --leases "$leases" --value-size "$VALUE_SIZE")
+        ;;
     esac
     measure "$mode" "$pipeline" "$row"
     if [[ $row == heartbeat || $row == validate ]]; then
@@ -312,12 +331,14 @@ command_of() {
     heartbeat-many) printf 'LEASE.HEARTBEAT (%s live leases)' "$LEASES" ;;
     validate-many) printf 'LEASE.VALIDATE (%s live leases)' "$LEASES" ;;
     release) printf 'LEASE.RELEASE (each lease once)' ;;
+    setdata) printf 'LEASE.SETDATA %s B (%s live leases)' "$VALUE_SIZE" "$LEASES" ;;
+    setdata-one) printf 'LEASE.SETDATA %s B (one live lease)' "$VALUE_SIZE" ;;
     esac
 }
 
 printf '\n%s requests per row, %s connections, -r %s, redis-benchmark %s%s%s\n\n' \
     "$REQUESTS" "$CLIENTS" "$KEYSPACE" "$(redis-benchmark --version | awk '{ print $2 }')" \
-    "$( ((LOAD_ROWS)) && printf '; the -many and release rows by examples/lease_load')" \
+    "$( ((LOAD_ROWS)) && printf '; the -many, release and setdata rows by examples/lease_load')" \
     "$( ((REPEAT > 1)) && printf ', median of %s runs' "$REPEAT")"
 printf '| appendfsync | -P | command | leased ops/s | p50 ms | p99 ms | Redis+Lua ops/s | p50 ms | p99 ms | leased/Redis |\n'
 printf '|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n'

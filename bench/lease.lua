@@ -7,6 +7,8 @@
 --   EVALSHA sha 0 VALIDATE  run lease_id token [now]
 --   EVALSHA sha 0 RELEASE   lease_id token
 --   EVALSHA sha 0 GET       run [now]
+--   EVALSHA sha 0 SETDATA   lease_id token value [now]
+--   EVALSHA sha 0 DELDATA   lease_id token
 --
 -- Replies are shaped like leased's RESP2 replies: the lease as a flat array
 -- of key/value pairs (fencing_token an integer, expires_at a bulk string
@@ -19,16 +21,22 @@
 --   lease:token:<token>  string: the run id whose current lease has it
 --   lease:next-token     INCR counter, the last fencing token issued
 --   lease:time           registry time: the largest `now` seen
+--   lease:data:<run>     string: the run's data (LEASE.SETDATA's value)
 --
--- Not modelled: lease-retention (reclaiming long-expired leases) and
--- leased's durable token ceiling (here tokens are as durable as the AOF).
+-- Not modelled: lease-retention (reclaiming long-expired leases, and run
+-- data with them: here data stays until DELDATA), the token and time leased
+-- keeps with run data (here only the value is SET), GETDATA and WITHDATA,
+-- and leased's durable token ceiling (here tokens are as durable as the AOF).
 -- Lua numbers are doubles, so tokens are exact only up to 2^53.
 
 local RUN = 'lease:run:'
 local TOKEN = 'lease:token:'
 local COUNTER = 'lease:next-token'
 local CLOCK = 'lease:time'
+local DATA = 'lease:data:'
 local DEFAULT_TTL = 10
+-- lease-max-data-len at its default (64kb)
+local MAX_DATA_LEN = 65536
 
 local NOT_FLOAT = 'ERR value is not a valid float'
 local NOT_INTEGER = 'ERR value is not an integer or out of range'
@@ -374,17 +382,69 @@ local function get(args)
     return lease_reply(run, lease, lease.expires_at <= now)
 end
 
+-- The check of HEARTBEAT (the run's current lease, unexpired, id and token
+-- matching), then the run's data SET to the value. Unlike HEARTBEAT it does
+-- not extend the lease.
+local function setdata(args)
+    if #args < 3 then
+        return arity('lease.setdata')
+    end
+    local id, value = args[1], args[3]
+    local token, problem = parse_token(args[2])
+    if token == nil then
+        return fail(problem)
+    end
+    local now, bad = optional_now(args, 4, 'lease.setdata')
+    if bad then
+        return bad
+    end
+    if #value > MAX_DATA_LEN then
+        return fail('ERR value is longer than ' .. MAX_DATA_LEN .. ' bytes (lease-max-data-len)')
+    end
+    bad = too_far(now)
+    if bad then
+        return bad
+    end
+    now = advance(now)
+    local run, lease = lease_named(id, token)
+    if run == nil or lease.expires_at <= now then
+        return 0
+    end
+    redis.call('SET', DATA .. run, value)
+    return 1
+end
+
+-- The same check at the time a read is evaluated at (time does not move),
+-- then the run's data deleted: 1 if there was any.
+local function deldata(args)
+    if #args ~= 2 then
+        return arity('lease.deldata')
+    end
+    local token, problem = parse_token(args[2])
+    if token == nil then
+        return fail(problem)
+    end
+    local now = read_time(nil)
+    local run, lease = lease_named(args[1], token)
+    if run == nil or lease.expires_at <= now then
+        return 0
+    end
+    return redis.call('DEL', DATA .. run)
+end
+
 local COMMANDS = {
     ACQUIRE = acquire,
     HEARTBEAT = heartbeat,
     VALIDATE = validate,
     RELEASE = release,
     GET = get,
+    SETDATA = setdata,
+    DELDATA = deldata,
 }
 
 local command = COMMANDS[string.upper(ARGV[1] or '')]
 if command == nil then
-    return fail('ERR unknown lease command, expected ACQUIRE, HEARTBEAT, VALIDATE, RELEASE or GET')
+    return fail('ERR unknown lease command, expected ACQUIRE, HEARTBEAT, VALIDATE, RELEASE, GET, SETDATA or DELDATA')
 end
 local args = {}
 for i = 2, #ARGV do

@@ -1,6 +1,6 @@
-//! A load generator for heartbeats, validations and releases of many
-//! different live leases, which redis-benchmark cannot send (it cannot put a
-//! lease id and its matching token in one command).
+//! A load generator for heartbeats, validations, releases and run data
+//! writes of many different live leases, which redis-benchmark cannot send
+//! (it cannot put a lease id and its matching token in one command).
 //!
 //!     cargo run --release --example lease_load -- --port PORT [options]
 //!
@@ -12,8 +12,8 @@
 //! redis-benchmark does). Request i uses lease i mod `--leases`, and each
 //! connection takes a contiguous range of requests, so with the default
 //! `--leases` (= `-n`) every request hits a different lease and no two
-//! connections share one. Every reply is checked: heartbeat, validate and
-//! release must answer 1 (ping: PONG). Any other reply is counted as an
+//! connections share one. Every reply is checked: heartbeat, validate,
+//! release and setdata must answer 1 (ping: PONG). Any other reply is counted as an
 //! error, the first few are printed, and the program exits non-zero.
 //!
 //! Output: on stdout, two lines in the shape of `redis-benchmark --csv`,
@@ -34,9 +34,13 @@
 //!   --target leased|lua     leased's LEASE.* commands, or Redis running
 //!                           bench/lease.lua (`EVALSHA sha 0 HEARTBEAT ...`)
 //!   --sha SHA               the script's SHA1 (required with --target lua)
-//!   --op heartbeat|validate|release|ping
+//!   --op heartbeat|validate|release|setdata|ping
+//!                           setdata writes --value-size bytes as the run's
+//!                           data (`LEASE.SETDATA lease_id token value`, or
+//!                           `EVALSHA sha 0 SETDATA lease_id token value`);
 //!                           ping sends PING and acquires nothing: a check
 //!                           of the generator itself against redis-benchmark
+//!   --value-size N          bytes of run data per setdata (1024)
 //!   --leases N              leases to acquire and spread the requests over
 //!                           (default -n; release needs at least -n, since
 //!                           each lease can be released once)
@@ -51,10 +55,11 @@
 //!                           redis crate (`redis::pipe()` on a multiplexed
 //!                           connection), for comparison (raw)
 //!   --setup-batch N         acquires per pipeline while setting up (10000)
-//!   --keep                  leave the leases of a heartbeat or validate run
-//!                           held; by default they are released afterwards
-//!                           (untimed), so repeated runs do not pile leases
-//!                           up on the server
+//!   --keep                  leave the leases of a heartbeat, validate or
+//!                           setdata run held; by default they are released
+//!                           afterwards (untimed; after a setdata run their
+//!                           data is deleted first, `DELDATA`), so repeated
+//!                           runs do not pile leases or data up on the server
 
 use std::io::Write as _;
 use std::ops::Range;
@@ -85,6 +90,7 @@ enum Op {
     Heartbeat,
     Validate,
     Release,
+    SetData,
     Ping,
 }
 
@@ -94,6 +100,7 @@ impl Op {
             Op::Heartbeat => "HEARTBEAT",
             Op::Validate => "VALIDATE",
             Op::Release => "RELEASE",
+            Op::SetData => "SETDATA",
             Op::Ping => "PING",
         }
     }
@@ -127,6 +134,8 @@ struct Options {
     driver: Driver,
     setup_batch: usize,
     keep: bool,
+    /// The run data setdata writes, `--value-size` bytes.
+    value: Vec<u8>,
 }
 
 fn parse_options() -> Result<Options, Error> {
@@ -144,7 +153,9 @@ fn parse_options() -> Result<Options, Error> {
         driver: Driver::Raw,
         setup_batch: 10_000,
         keep: false,
+        value: Vec::new(),
     };
+    let mut value_size = 1024;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -164,11 +175,13 @@ fn parse_options() -> Result<Options, Error> {
                     "heartbeat" => Op::Heartbeat,
                     "validate" => Op::Validate,
                     "release" => Op::Release,
+                    "setdata" => Op::SetData,
                     "ping" => Op::Ping,
                     other => {
-                        return Err(
-                            format!("--op heartbeat|validate|release|ping, not {other}").into()
-                        );
+                        return Err(format!(
+                            "--op heartbeat|validate|release|setdata|ping, not {other}"
+                        )
+                        .into());
                     }
                 }
             }
@@ -186,9 +199,12 @@ fn parse_options() -> Result<Options, Error> {
             }
             "--setup-batch" => options.setup_batch = value()?.parse()?,
             "--keep" => options.keep = true,
+            "--value-size" => value_size = value()?.parse()?,
             _ => return Err(format!("unknown option {flag} (see the top of the source)").into()),
         }
     }
+    // Printable bytes, different from one position to the next.
+    options.value = (0..value_size).map(|i| b'a' + (i % 26) as u8).collect();
     if options.port == 0 {
         return Err("--port PORT is required".into());
     }
@@ -309,8 +325,10 @@ async fn acquire_leases(
     Ok(leases)
 }
 
-/// Releases the leases after a heartbeat or validate run, untimed, so that
-/// repeated runs do not pile leases up on the server.
+/// Releases the leases after a heartbeat, validate or setdata run,
+/// untimed, so that repeated runs do not pile leases up on the server;
+/// after setdata, deletes their data first (`DELDATA`), since a run's data
+/// outlives its lease.
 async fn release_leases(client: &Client, options: &Options, leases: &[Lease]) -> Result<(), Error> {
     let mut con = connect(client).await?;
     let sha = options.sha.as_deref().unwrap_or_default();
@@ -318,25 +336,45 @@ async fn release_leases(client: &Client, options: &Options, leases: &[Lease]) ->
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         for lease in chunk {
+            if options.op == Op::SetData {
+                let mut args = vec![b"DELDATA".as_slice()];
+                if options.target == Target::Leased {
+                    args[0] = b"LEASE.DELDATA".as_slice();
+                } else {
+                    args.splice(0..0, [b"EVALSHA".as_slice(), sha.as_bytes(), b"0"]);
+                }
+                args.extend([lease.id.as_slice(), lease.token.as_slice()]);
+                add_command(&mut pipe, &args)?;
+            }
             add_command(
                 &mut pipe,
-                &command_args(options.target, sha, Op::Release, Some(lease)),
+                &command_args(options.target, sha, Op::Release, Some(lease), &[]),
             )?;
         }
         let replies: Vec<Value> = pipe.query_async(&mut con).await?;
-        if let Some(bad) = replies.iter().find(|reply| **reply != Value::Int(1)) {
+        // DELDATA answers 0 for a lease whose run got no data.
+        let bad = if options.op == Op::SetData {
+            replies.chunks(2).find(|pair| {
+                !matches!(pair[0], Value::Int(0 | 1)) || pair.get(1) != Some(&Value::Int(1))
+            })
+        } else {
+            replies.chunks(1).find(|one| one[0] != Value::Int(1))
+        };
+        if let Some(bad) = bad {
             return Err(format!("releasing the leases afterwards: {bad:?}").into());
         }
     }
     Ok(())
 }
 
-/// The arguments of `op` for `lease` (PING needs none) on `target`.
+/// The arguments of `op` for `lease` (PING needs none) on `target`;
+/// `value` is setdata's.
 fn command_args<'a>(
     target: Target,
     sha: &'a str,
     op: Op,
     lease: Option<&'a Lease>,
+    value: &'a [u8],
 ) -> Vec<&'a [u8]> {
     if op == Op::Ping {
         return vec![b"PING".as_slice()];
@@ -347,6 +385,7 @@ fn command_args<'a>(
         Target::Leased => args.push(match op {
             Op::Heartbeat => b"LEASE.HEARTBEAT".as_slice(),
             Op::Validate => b"LEASE.VALIDATE".as_slice(),
+            Op::SetData => b"LEASE.SETDATA".as_slice(),
             _ => b"LEASE.RELEASE".as_slice(),
         }),
         Target::Lua => {
@@ -360,12 +399,15 @@ fn command_args<'a>(
     }
     // Same order in leased and in bench/lease.lua:
     //   HEARTBEAT lease_id token / VALIDATE run lease_id token /
-    //   RELEASE lease_id token
+    //   RELEASE lease_id token / SETDATA lease_id token value
     if op == Op::Validate {
         args.push(&lease.run);
     }
     args.push(&lease.id);
     args.push(&lease.token);
+    if op == Op::SetData {
+        args.push(value);
+    }
     args
 }
 
@@ -603,7 +645,7 @@ async fn run(options: Options) -> Result<(), Error> {
     let sha = options.sha.as_deref().unwrap_or_default();
     let args_of = |request: usize| {
         let lease = (!leases.is_empty()).then(|| &leases[request % leases.len()]);
-        command_args(options.target, sha, options.op, lease)
+        command_args(options.target, sha, options.op, lease, &options.value)
     };
     let shares = shares(&options);
     let start = Arc::new(Barrier::new(shares.len()));
@@ -696,7 +738,10 @@ async fn run(options: Options) -> Result<(), Error> {
         millis(percentile(&latencies, 50.0)),
         millis(percentile(&latencies, 99.0)),
     );
-    if errors == 0 && matches!(options.op, Op::Heartbeat | Op::Validate) && !options.keep {
+    if errors == 0
+        && matches!(options.op, Op::Heartbeat | Op::Validate | Op::SetData)
+        && !options.keep
+    {
         release_leases(&client, &options, &leases).await?;
     }
     if errors > 0 {

@@ -196,7 +196,7 @@ impl Log {
         }
         self.len += self.pending.bytes().len() as u64;
         if let Some(rewrite) = &mut self.rewrite {
-            rewrite.since_start.extend_from_slice(self.pending.bytes());
+            rewrite.since_start.append(self.pending.bytes());
         }
         self.pending.clear();
         Ok(())
@@ -294,7 +294,9 @@ impl Log {
     /// durable, and puts it in the log's place.
     fn install(&mut self, rewrite: Rewrite, file: File) -> io::Result<()> {
         let mut file = file;
-        file.write_all(&rewrite.since_start)?;
+        for piece in rewrite.since_start.pieces() {
+            file.write_all(piece)?;
+        }
         file.sync_all()?;
         let len = file.metadata()?.len();
         fs::rename(&rewrite.temp, &self.path)?;

@@ -3,6 +3,7 @@
 //! thread that fills a temporary file; every change committed meanwhile is
 //! kept aside too and appended when the snapshot is on disk.
 
+use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -25,6 +26,8 @@ const REWRITE_QUEUE: usize = 16;
 /// Changes made during a rewrite beyond this many bytes go to the writer
 /// thread; the rest the core writes itself when it installs the new file.
 const CATCH_UP: usize = 1 << 20;
+/// The bytes of one piece of [`SinceStart`].
+const SINCE_START_PIECE: usize = 1 << 20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RewriteStep {
@@ -49,7 +52,7 @@ pub(super) struct Rewrite {
     /// after `run`, `None` once it is out.
     pub(super) runs_cursor: Option<Option<Bytes>>,
     /// Everything committed since the rewrite began.
-    pub(super) since_start: BytesMut,
+    pub(super) since_start: SinceStart,
     pub(super) started: Instant,
     /// A chunk the writer had no room for yet.
     pub(super) held: Option<BytesMut>,
@@ -75,7 +78,7 @@ impl Rewrite {
             written,
             cursor: Some(0),
             runs_cursor: Some(None),
-            since_start: BytesMut::new(),
+            since_start: SinceStart::default(),
             started: Instant::now(),
             held: None,
         })
@@ -112,7 +115,7 @@ impl Rewrite {
             // since it began, so that few are left for the core to write
             // when it installs the file.
             (None, None) if self.since_start.len() > CATCH_UP => {
-                std::mem::take(&mut self.since_start)
+                self.since_start.pop().expect("more than CATCH_UP bytes")
             }
             (None, None) => BytesMut::new(),
         };
@@ -125,6 +128,23 @@ impl Rewrite {
             Err(TrySendError::Disconnected(_)) => {
                 self.cursor = None;
                 self.runs_cursor = None;
+            }
+        }
+        // The changes since the start go a piece at a time: as many as the
+        // writer has room for.
+        while self.cursor.is_none()
+            && self.runs_cursor.is_none()
+            && self.held.is_none()
+            && self.since_start.len() > CATCH_UP
+        {
+            let piece = self.since_start.pop().expect("more than CATCH_UP bytes");
+            match chunks.try_send(piece) {
+                Ok(()) => {}
+                Err(TrySendError::Full(piece)) => {
+                    self.held = Some(piece);
+                    return RewriteStep::Waiting;
+                }
+                Err(TrySendError::Disconnected(_)) => break,
             }
         }
         if self.cursor.is_none()
@@ -141,6 +161,50 @@ impl Rewrite {
     pub(super) fn abandon(self) {
         drop(self.chunks);
         let _ = fs::remove_file(&self.temp);
+    }
+}
+
+/// Everything committed since a rewrite began, in pieces of about
+/// [`SINCE_START_PIECE`] bytes: appending never moves what is already
+/// there. (One buffer that grew by doubling copied all of it at every
+/// doubling, into fresh pages the kernel had to clear: with 1 KiB
+/// `SETDATA`s, 7% of the server's time during a rewrite.)
+#[derive(Default)]
+pub(super) struct SinceStart {
+    pieces: VecDeque<BytesMut>,
+    len: usize,
+}
+
+impl SinceStart {
+    pub(super) fn append(&mut self, bytes: &[u8]) {
+        match self.pieces.back_mut() {
+            Some(last) if last.capacity() - last.len() >= bytes.len() => {
+                last.extend_from_slice(bytes);
+            }
+            _ if bytes.is_empty() => {}
+            _ => {
+                let mut piece = BytesMut::with_capacity(SINCE_START_PIECE.max(bytes.len()));
+                piece.extend_from_slice(bytes);
+                self.pieces.push_back(piece);
+            }
+        }
+        self.len += bytes.len();
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Takes the oldest piece out.
+    fn pop(&mut self) -> Option<BytesMut> {
+        let piece = self.pieces.pop_front()?;
+        self.len -= piece.len();
+        Some(piece)
+    }
+
+    /// The pieces, oldest first.
+    pub(super) fn pieces(&self) -> impl Iterator<Item = &[u8]> {
+        self.pieces.iter().map(|piece| &piece[..])
     }
 }
 

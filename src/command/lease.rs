@@ -6,6 +6,8 @@ use super::args::{Args, float_arg, not_an_integer, optional_now, syntax_error, t
 use super::keyspace::scan_args;
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use crate::number::parse_i64;
 use crate::registry::Op;
 use crate::reply::Reply;
@@ -144,7 +146,10 @@ pub fn parse_get(args: &mut Args) -> Result<Command, Reply> {
 pub fn parse_setdata(args: &mut Args) -> Result<Command, Reply> {
     let lease_id = args.required();
     let token = token_arg(&args.required())?;
-    let value = args.required();
+    // The run keeps its data, maybe for long: a copy of its own, so that it
+    // does not hold on to the connection's read buffer (16 KiB or more,
+    // with the other requests in it) as a slice of it would.
+    let value = Bytes::copy_from_slice(&args.required());
     let now = optional_now(args, "lease.setdata")?;
     Ok(Command::Lease(Op::SetData {
         lease_id,
