@@ -70,6 +70,8 @@ class Server:
 
     def close(self) -> None:
         self.kill()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

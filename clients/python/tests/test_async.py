@@ -55,11 +55,10 @@ class AsyncLeaseTest(unittest.IsolatedAsyncioTestCase):
             self.assertGreater(lease.token, holder.token)
             self.assertGreater(lease.remaining(), 4)
         await releasing
-        third = await self.registry.acquire(run, "third", ttl=30)
-        self.addAsyncCleanup(third.release)
-        with self.assertRaises(leased.RunHeld):
-            await self.registry.lease(run, "fourth", wait=0.3).acquire()
-        self.assertEqual(self.r.execute_command("LEASE.WAITERS", run), [])
+        async with self.registry.lease(run, "third", ttl=30):
+            with self.assertRaises(leased.RunHeld):
+                await self.registry.lease(run, "fourth", wait=0.3).acquire()
+            self.assertEqual(self.r.execute_command("LEASE.WAITERS", run), [])
 
     async def test_released_on_exception(self) -> None:
         run = unique("run")
