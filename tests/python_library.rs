@@ -36,5 +36,8 @@ fn the_python_library_passes_its_tests_against_the_server() {
         "the Python library's tests failed (is it installed? pip install ./clients/python):\n{stdout}\n{stderr}"
     );
     assert!(stderr.contains("\nOK"), "{stderr}");
-    assert!(!stderr.contains("skipped"), "no test may be skipped here:\n{stderr}");
+    assert!(
+        !stderr.contains("skipped"),
+        "no test may be skipped here:\n{stderr}"
+    );
 }
