@@ -1,43 +1,46 @@
-"""A worker that holds a lease on its run while it works (redis-py 5).
+"""A worker that holds a lease on its run while it works (the leased package).
 
+    pip install ./clients/python      # the leased package, and redis-py 5
     python3 examples/worker.py --port 6479 --run run-42 --db checkpoints.db [--wait 30]
 
-It acquires the run, heartbeats in the background at a third of the TTL,
-and checkpoints its progress into a SQLite table, each write stamped with
-its fencing token, and into leased, as the run's data (`LEASE.SETDATA`).
-It acquires `WITHDATA`: a run that has a checkpoint (a worker before it
-stopped, crashed or was stalled past its TTL) is resumed at the step after
-it. It stops writing the moment a heartbeat or a `LEASE.SETDATA` fails,
-and releases the lease when done. If the run is held by another worker it
-exits, or with `--wait SECONDS` waits up to that long for it (a blocking
-`LEASE.ACQUIRE ... BLOCK ms`): the server hands it the run the moment the
-holder releases it or its lease expires, with the next fencing token.
+It takes a lease on the run with the leased package, which heartbeats it
+in the background at a third of the TTL, and checkpoints its progress
+into a SQLite table, each write stamped with its fencing token, and into
+leased, as the run's data (`lease.checkpoint`, `LEASE.SETDATA`). The
+lease is acquired with the run's data: a run that has a checkpoint (a
+worker before it stopped, crashed or was stalled past its TTL) is resumed
+at the step after it. Before each write it calls `lease.check()`, which
+raises once a heartbeat failed or the lease's deadline passed, and it
+stops writing then, or when `lease.checkpoint` is refused; the lease is
+released when the work is done (or the worker stops). If the run is held
+by another worker it exits, or with `--wait SECONDS` waits up to that long
+for it (a blocking `LEASE.ACQUIRE ... BLOCK ms`): the server hands it the
+run the moment the holder releases it or its lease expires, with the next
+fencing token. docs/protocol.md shows the same worker on raw commands,
+for other languages.
+
 examples/worker.rs is the same worker in Rust, with the same options,
 outputs, exit codes, table and checkpoint format: the two can share one
 database file, and either resumes a run the other left.
 
 Exit codes: 0 finished (or nothing left to do), 3 the run is held by
 another worker (with `--wait`: still held when the wait ran out), 4 lease
-lost (a heartbeat or a `LEASE.SETDATA` failed; stopped writing), 5 a write
+lost (a heartbeat failed, the lease's deadline passed, or a
+`LEASE.SETDATA` was refused; stopped writing), 5 a write
 rejected by the storage (stale token), 1 any other error; 2 bad options.
 """
 
 import argparse
-import math
 import os
 import signal
 import sqlite3
 import sys
-import threading
 import time
 
-import redis
+import leased
 
 HELD, LOST, REJECTED = 3, 4, 5
 
-# How much longer than the server's answer to a blocked acquire may take
-# (the end of the block) the worker waits for it before it gives up.
-REPLY_MARGIN = 5.0
 # The longest --wait, about 31 years: its milliseconds and timeouts stay
 # far within what the server and the clients can count.
 MAX_WAIT = 1e9
@@ -110,39 +113,32 @@ def checkpoint(db, run, step, token, worker):
 
 def first_step(lease):
     """The step to start at: 0 on a run without data, else the one after the
-    checkpoint in its data (the lease map of an acquire `WITHDATA`)."""
-    if lease[b"data"] is None:
+    checkpoint in its data (read with the acquire)."""
+    if lease.data is None:
         say("no checkpoint: starting at step 0")
         return 0
-    last = decode_checkpoint(lease[b"data"])
-    say(f"resuming after checkpoint {last} (written with token {lease[b'data_token']})")
+    last = decode_checkpoint(lease.data)
+    say(f"resuming after checkpoint {last} (written with token {lease.data_token})")
     return last + 1
 
 
-def wait_for_run(args):
-    """Blocks until the server hands the run to this worker (its holder
-    released it, or its lease expired), or `args.wait` seconds pass: the
-    lease, or None."""
-    say(f"waiting up to {args.wait:.15g} s for {args.run}")
-    # A connection of its own, whose socket timeout outlasts the wait. With
-    # a shorter one, redis-py would give up on the reply while the server
-    # still holds the worker's place in the queue: it raises TimeoutError
-    # and drops the connection, losing the run the server may be about to
-    # hand over. The heartbeat's connection keeps its short timeout: there
-    # a slow reply must count as a failed heartbeat.
-    waiting = redis.Redis(port=args.port, protocol=3, socket_timeout=args.wait + REPLY_MARGIN)
-    block_ms = math.ceil(args.wait * 1000)
+def acquire(registry, args):
+    """The lease on the run, heartbeated from here on. With --wait, a run
+    held by another worker is waited for (on a connection of its own, whose
+    timeout outlasts the wait); raises leased.RunHeld if it stays held."""
     try:
-        return waiting.execute_command(
-            "LEASE.ACQUIRE", args.run, args.worker, "TTL", args.ttl, "BLOCK", block_ms, "WITHDATA"
-        )
-    finally:
-        waiting.close()
+        return registry.acquire(args.run, args.worker, ttl=args.ttl)
+    except leased.RunHeld:
+        if args.wait is None:
+            raise
+    say(f"waiting up to {args.wait:.15g} s for {args.run}")
+    return registry.acquire(args.run, args.worker, ttl=args.ttl, wait=args.wait)
 
 
 def pause(step):
     """Stops the whole process, heartbeat thread included, as a long GC
-    pause would; `kill -CONT` resumes it, straight on to the write."""
+    pause would; `kill -CONT` resumes it, straight on to the write: past
+    the lease's check, which only the storage's fencing check can catch."""
     say(f"pausing before checkpoint {step} (SIGSTOP)")
     os.kill(os.getpid(), signal.SIGSTOP)
 
@@ -151,70 +147,46 @@ def main():
     args = parse_args()
     db = sqlite3.connect(args.db, isolation_level=None)  # each statement commits
     db.execute(SCHEMA)
-    # A reply slower than the heartbeat period counts as a failed heartbeat.
-    r = redis.Redis(port=args.port, protocol=3, socket_timeout=args.ttl / 3)
-
-    lease = r.execute_command("LEASE.ACQUIRE", args.run, args.worker, "TTL", args.ttl, "WITHDATA")
-    if lease is None and args.wait is not None:
-        lease = wait_for_run(args)
-    if lease is None:
+    registry = leased.Registry(f"redis://127.0.0.1:{args.port}")
+    try:
+        lease = acquire(registry, args)
+    except leased.RunHeld:
         say(f"{args.run} is held by another worker")
         sys.exit(HELD)
-    lease_id, token = lease[b"lease_id"], lease[b"fencing_token"]
-    say(f"acquired {lease_id.decode()} (token {token})")
-    first = first_step(lease)
-    # A run whose checkpoint is its last step (its data stays after the
-    # release that ends it) has nothing left to do: the worker releases it.
-    if 0 < args.steps <= first:
-        say(f"run already complete: nothing to do after checkpoint {first - 1}")
-
-    lost = threading.Event()
-
-    def heartbeat():
-        while not lost.wait(args.ttl / 3):
+    with lease:  # released at the end of the block, also when it exits early
+        say(f"acquired {lease.lease_id} (token {lease.token})")
+        first = first_step(lease)
+        # A run whose checkpoint is its last step (its data stays after the
+        # release that ends it) has nothing left to do: the worker releases it.
+        if 0 < args.steps <= first:
+            say(f"run already complete: nothing to do after checkpoint {first - 1}")
+        for step in range(first, args.steps):
+            if step > first:
+                time.sleep(args.interval)  # the work
             try:
-                extended = r.execute_command("LEASE.HEARTBEAT", lease_id, token)
-            except Exception:  # an error or a timeout: the lease may be gone
-                extended = 0
-            if extended != 1:
-                lost.set()
-
-    threading.Thread(target=heartbeat, daemon=True).start()
-
-    for step in range(first, args.steps):
-        if step > first:
-            time.sleep(args.interval)  # the work
-        if lost.is_set():
-            say(f"lease lost: stopped writing before checkpoint {step}")
-            sys.exit(LOST)
-        if step == args.pause_before_write:
-            pause(step)
-        if not checkpoint(db, args.run, step, token, args.worker):
-            say(f"write rejected: checkpoint {step}'s token {token} is older than the table's")
-            sys.exit(REJECTED)
-        # Then the run's data, the hint the next holder resumes from. The
-        # SQLite row comes first: it is the durable truth, fenced by the
-        # token in the write itself. A worker that stops between the two
-        # (a crash, or its lease lost) leaves the data a step behind the
-        # row, and the next holder redoes that one step with its higher
-        # token. The other order could leave data ahead of the row: a step
-        # resumed after but never written.
-        try:
-            stored = r.execute_command("LEASE.SETDATA", lease_id, token, encode_checkpoint(step))
-        except Exception:  # an error or a timeout: the lease may be gone
-            stored = 0
-        if stored != 1:
-            say(f"lease lost: checkpoint {step} is in the table, but leased refused it")
-            sys.exit(LOST)
-        say(f"wrote checkpoint {step} (token {token})")
-
-    lost.set()  # stops the heartbeat thread
-    released = r.execute_command("LEASE.RELEASE", lease_id, token)
+                lease.check()  # a heartbeat failed, or the deadline passed?
+            except leased.LeaseLost:
+                say(f"lease lost: stopped writing before checkpoint {step}")
+                sys.exit(LOST)
+            if step == args.pause_before_write:
+                pause(step)
+            if not checkpoint(db, args.run, step, lease.token, args.worker):
+                say(f"write rejected: checkpoint {step}'s token {lease.token} is older than the table's")
+                sys.exit(REJECTED)
+            # Then the run's data, the hint the next holder resumes from
+            # (checked first, then LEASE.SETDATA, which the server refuses
+            # unless the lease is still the run's, unexpired).
+            try:
+                lease.checkpoint(encode_checkpoint(step))
+            except (leased.LeaseLost, leased.Unavailable):
+                say(f"lease lost: checkpoint {step} is in the table, but leased refused it")
+                sys.exit(LOST)
+            say(f"wrote checkpoint {step} (token {lease.token})")
     # The run's data stays (until lease-retention after this release, or a
     # LEASE.DELDATA): a worker that acquires the run again finds its last
     # step done, and does nothing.
     written = max(0, args.steps - first)
-    say(f"done: wrote {written} checkpoints (token {token}), released={released}")
+    say(f"done: wrote {written} checkpoints (token {lease.token}), released={int(bool(lease.released))}")
 
 
 if __name__ == "__main__":

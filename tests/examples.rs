@@ -1,14 +1,16 @@
-//! The workers of README's "A worker" (examples/worker.py with redis-py 5,
-//! examples/worker.rs with the `redis` crate), run as a user runs them,
-//! against the real server and one real SQLite file.
+//! The workers of README's "A worker" (examples/worker.py with the leased
+//! package of clients/python, examples/worker.rs with the `redis` crate),
+//! run as a user runs them, against the real server and one real SQLite
+//! file.
 //!
 //! Every scenario runs with the Rust worker, which needs only the Rust
 //! toolchain and the worker built: `cargo test` builds it; alone, `cargo
 //! build --example worker && cargo test --test examples`. The tests that
-//! start the Python worker need `python3` with redis-py 5 (`pip install
-//! 'redis>=5,<6'`) and are marked ignored, with that reason; `cargo test --
-//! --include-ignored` (which `.ci/run` runs) runs them, failing if either is
-//! missing.
+//! start the Python worker need `python3` with redis-py 5 and the leased
+//! package, which examples/worker.py is built on (`pip install
+//! 'redis>=5,<6' ./clients/python`), and are marked ignored, with that
+//! reason; `cargo test -- --include-ignored` (which `.ci/run` runs, after
+//! installing both) runs them, failing if either is missing.
 
 mod common;
 
@@ -342,7 +344,7 @@ fn the_rust_worker_checkpoints_every_step_and_releases() {
 }
 
 #[test]
-#[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
+#[ignore = "needs python3 with redis-py 5 and the leased package (pip install 'redis>=5,<6' ./clients/python); run with --include-ignored"]
 fn the_python_worker_checkpoints_every_step_and_releases() {
     a_worker_checkpoints_every_step_and_releases(Python);
 }
@@ -373,7 +375,7 @@ fn the_rust_worker_does_not_write_to_a_run_held_by_another() {
 }
 
 #[test]
-#[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
+#[ignore = "needs python3 with redis-py 5 and the leased package (pip install 'redis>=5,<6' ./clients/python); run with --include-ignored"]
 fn the_python_worker_does_not_write_to_a_run_held_by_another() {
     a_worker_does_not_write_to_a_run_held_by_another(Python);
 }
@@ -440,19 +442,19 @@ fn a_stalled_rust_workers_run_is_resumed_by_another_and_its_late_write_rejected(
 }
 
 #[test]
-#[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
+#[ignore = "needs python3 with redis-py 5 and the leased package (pip install 'redis>=5,<6' ./clients/python); run with --include-ignored"]
 fn a_stalled_python_workers_run_is_resumed_by_another_and_its_late_write_rejected() {
     a_stalled_workers_late_write_is_rejected(Python, Python);
 }
 
 #[test]
-#[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
+#[ignore = "needs python3 with redis-py 5 and the leased package (pip install 'redis>=5,<6' ./clients/python); run with --include-ignored"]
 fn a_stalled_python_workers_run_is_resumed_by_rust_and_its_late_write_rejected() {
     a_stalled_workers_late_write_is_rejected(Python, Rust);
 }
 
 #[test]
-#[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
+#[ignore = "needs python3 with redis-py 5 and the leased package (pip install 'redis>=5,<6' ./clients/python); run with --include-ignored"]
 fn a_stalled_rust_workers_run_is_resumed_by_python_and_its_late_write_rejected() {
     a_stalled_workers_late_write_is_rejected(Rust, Python);
 }
@@ -513,7 +515,7 @@ fn a_stalled_rust_workers_checkpoint_past_its_lease_is_redone_by_the_next() {
 }
 
 #[test]
-#[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
+#[ignore = "needs python3 with redis-py 5 and the leased package (pip install 'redis>=5,<6' ./clients/python); run with --include-ignored"]
 fn a_stalled_python_workers_checkpoint_past_its_lease_is_redone_by_the_next() {
     a_stalled_workers_checkpoint_past_its_lease_is_redone(Python);
 }
@@ -582,13 +584,13 @@ fn a_finished_rust_run_is_not_worked_again() {
 }
 
 #[test]
-#[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
+#[ignore = "needs python3 with redis-py 5 and the leased package (pip install 'redis>=5,<6' ./clients/python); run with --include-ignored"]
 fn a_finished_python_run_is_not_worked_again() {
     a_finished_run_is_not_worked_again(Python, Python);
 }
 
 #[test]
-#[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
+#[ignore = "needs python3 with redis-py 5 and the leased package (pip install 'redis>=5,<6' ./clients/python); run with --include-ignored"]
 fn a_finished_python_run_is_not_worked_again_by_rust() {
     a_finished_run_is_not_worked_again(Python, Rust);
 }
@@ -656,7 +658,7 @@ fn the_rust_worker_stops_writing_once_a_heartbeat_fails() {
 }
 
 #[test]
-#[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
+#[ignore = "needs python3 with redis-py 5 and the leased package (pip install 'redis>=5,<6' ./clients/python); run with --include-ignored"]
 fn the_python_worker_stops_writing_once_a_heartbeat_fails() {
     a_worker_stops_writing_once_a_heartbeat_fails(Python);
 }
@@ -734,13 +736,13 @@ fn a_waiting_rust_worker_gets_the_run_of_a_killed_one() {
 }
 
 #[test]
-#[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
+#[ignore = "needs python3 with redis-py 5 and the leased package (pip install 'redis>=5,<6' ./clients/python); run with --include-ignored"]
 fn a_waiting_python_worker_gets_the_run_of_a_killed_one() {
     a_waiting_worker_gets_the_run_of_a_killed_one(Python, Python);
 }
 
 #[test]
-#[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
+#[ignore = "needs python3 with redis-py 5 and the leased package (pip install 'redis>=5,<6' ./clients/python); run with --include-ignored"]
 fn a_waiting_rust_worker_resumes_the_run_of_a_killed_python_one() {
     a_waiting_worker_gets_the_run_of_a_killed_one(Python, Rust);
 }
@@ -782,7 +784,7 @@ fn a_rust_worker_whose_wait_runs_out_exits_held() {
 }
 
 #[test]
-#[ignore = "needs python3 with redis-py 5 (pip install 'redis>=5,<6'); run with --include-ignored"]
+#[ignore = "needs python3 with redis-py 5 and the leased package (pip install 'redis>=5,<6' ./clients/python); run with --include-ignored"]
 fn a_python_worker_whose_wait_runs_out_exits_held() {
     a_worker_whose_wait_runs_out_exits_held(Python);
 }
