@@ -159,9 +159,10 @@ class LeaseTest(unittest.TestCase):
 
 
 class LosingTheServerTest(unittest.TestCase):
-    """Heartbeats that fail: `lost` is set when the deadline passes, at
-    most one heartbeat period after it, and check() raises from the
-    deadline on."""
+    """Heartbeats that fail: `lost` is set within one heartbeat period of
+    the first heartbeat that failed (the next one due after the break, so
+    at most two periods after it, and a timeout's half period), and
+    check() and checkpoint() raise from then on."""
 
     TTL = 1.5
 
@@ -174,15 +175,17 @@ class LosingTheServerTest(unittest.TestCase):
         broken = time.monotonic()
         break_it()
         period = self.TTL / 3
-        self.assertTrue(lease.lost.wait(self.TTL + period + 1.0), f"lost after {cause}")
+        self.assertTrue(lease.lost.wait(self.TTL + 1.0), f"lost after {cause}")
         noticed = time.monotonic()
         print(
             f"\n{cause}: lost {noticed - broken:.3f}s after it, {noticed - lease.deadline:+.3f}s "
             f"from the deadline (TTL {self.TTL}s, period {period:.2f}s): {lease.lost_reason}"
         )
-        self.assertLessEqual(noticed, lease.deadline + period, "within one heartbeat period of the deadline")
-        self.assertLessEqual(noticed - broken, self.TTL + period)
-        self.assertGreaterEqual(noticed, lease.deadline)
+        # The first failure comes with the next heartbeat (within a period
+        # of the break), `lost` a period of retries later; an attempt that
+        # must connect again may take the connect timeout (0.5 s here) on
+        # top, and a little slack for a loaded machine.
+        self.assertLessEqual(noticed - broken, 2.5 * period + 0.5 + 0.3, "within one period of the failure")
         with self.assertRaises(leased.LeaseLost):
             lease.check()
         with self.assertRaises(leased.LeaseLost):

@@ -222,12 +222,13 @@ class Lease:
     The heartbeat rule: every ``ttl / 3`` seconds the thread sends
     ``LEASE.HEARTBEAT``. A reply of 1 moves the deadline to the moment the
     heartbeat was *sent* plus the TTL; 0 (the server says the lease is
-    gone) sets :attr:`lost` at once. An error or a timeout proves nothing
-    either way, so the thread keeps trying, every twelfth of the TTL, until
-    the deadline passes, and then sets :attr:`lost`. A heartbeat's
-    connection times out after half the period, so a dead server
-    costs an attempt no more than that, and :attr:`lost` is set at most
-    one heartbeat period after the deadline (in practice at it).
+    gone) sets :attr:`lost` at once. An error or a timeout is retried
+    every twelfth of the TTL; when none has succeeded for a whole
+    heartbeat period (or the deadline passes first), :attr:`lost` is set:
+    a dead server or a cut connection loses the lease within one period of
+    the heartbeat that found it, well before the deadline. A heartbeat's
+    connection times out after half the period, so a dead server costs an
+    attempt no more than that.
     """
 
     def __init__(
@@ -439,6 +440,7 @@ class Lease:
     def _heartbeat_loop(self) -> None:
         period = self.ttl / HEARTBEATS_PER_TTL
         next_beat = self._deadline - self.ttl + period
+        failing_since: Optional[float] = None
         while True:
             wake = min(next_beat, self._deadline)
             if self._stop.wait(max(0.0, wake - time.monotonic())):
@@ -450,7 +452,17 @@ class Lease:
             outcome = self._heartbeat_once()
             if outcome is False:
                 return
-            next_beat = sent + period if outcome else time.monotonic() + period / 4
+            if outcome:
+                failing_since = None
+                next_beat = sent + period
+                continue
+            # No answer: retry soon, but a server that stays out of reach
+            # for a whole period loses the lease then, not at the deadline.
+            failing_since = sent if failing_since is None else failing_since
+            if time.monotonic() - failing_since >= period:
+                self._lose("heartbeats failed for a whole heartbeat period")
+                return
+            next_beat = time.monotonic() + period / 4
 
     def _stop_heartbeats(self) -> None:
         self._stop.set()

@@ -371,6 +371,7 @@ class Lease:
     async def _heartbeat_loop(self) -> None:
         period = self.ttl / HEARTBEATS_PER_TTL
         next_beat = self._deadline - self.ttl + period
+        failing_since: Optional[float] = None
         while True:
             wake = min(next_beat, self._deadline)
             try:
@@ -385,7 +386,17 @@ class Lease:
             outcome = await self._heartbeat_once()
             if outcome is False:
                 return
-            next_beat = sent + period if outcome else time.monotonic() + period / 4
+            if outcome:
+                failing_since = None
+                next_beat = sent + period
+                continue
+            # No answer: retry soon, but a server that stays out of reach
+            # for a whole period loses the lease then, not at the deadline.
+            failing_since = sent if failing_since is None else failing_since
+            if time.monotonic() - failing_since >= period:
+                await self._lose("heartbeats failed for a whole heartbeat period")
+                return
+            next_beat = time.monotonic() + period / 4
 
     async def _stop_heartbeats(self) -> None:
         self._stop.set()
