@@ -203,7 +203,7 @@ fn a_run_s_tenures_come_newest_first_with_every_field() {
         ..tenure_of(&w1, t - 100.0, 2)
     };
     // Expired at the server's clock although nobody took the run over.
-    assert_eq!(history(&mut con, "r"), [w1_tenure.clone()]);
+    assert_eq!(history(&mut con, "r"), std::slice::from_ref(&w1_tenure));
 
     // w2 takes it over: w1's tenure stays expired, ended at its expiry.
     let w2 = con.acquire("r", "w2", Some(t - 80.0), Some(10.0)).unwrap();
@@ -361,17 +361,17 @@ fn history_memory(con: &mut Client) -> (u64, u64) {
 
 #[test]
 fn the_history_goes_with_the_run_after_lease_retention() {
-    let server = Server::start_with(&["--lease-retention", "1"]);
+    let server = Server::start_with(&["--lease-retention", "2"]);
     let mut con = server.typed();
     let tick = con.acquire("tick", "w", None, Some(600.0)).unwrap();
     // Expired, after a takeover: its past tenure goes with its last lease,
-    // a second after that one expires.
+    // two seconds after that one expires.
     let first = con.acquire("expired", "w1", None, Some(1.0)).unwrap();
     let second = wait_until(Duration::from_secs(10), || {
         con.acquire("expired", "w2", None, Some(1.0))
             .ok_or_else(|| "still held".to_string())
     });
-    // Released: goes a second after the release.
+    // Released: goes two seconds after the release.
     let released = con.acquire("released", "w", None, Some(100.0)).unwrap();
     assert!(con.heartbeat(&released, None));
     assert!(con.release(&released));
@@ -408,7 +408,7 @@ fn the_history_goes_with_the_run_after_lease_retention() {
 
 #[test]
 fn info_memory_counts_past_tenures_as_they_end_and_are_reclaimed() {
-    let server = Server::start_with(&["--lease-retention", "1"]);
+    let server = Server::start_with(&["--lease-retention", "2"]);
     let mut con = server.typed();
     let tick = con.acquire("tick", "w", None, Some(600.0)).unwrap();
     assert_eq!(history_memory(&mut con), (0, 0));
@@ -429,8 +429,8 @@ fn info_memory_counts_past_tenures_as_they_end_and_are_reclaimed() {
     let a = con.acquire("a", "worker-23", None, Some(100.0)).unwrap();
     assert!(con.release(&a));
     assert_eq!(history_memory(&mut con), (3, 33 + 9 + 2 * (41 + 9)));
-    // Both runs' retention runs out: a's a second after its release, b's
-    // a second after its lease expires.
+    // Both runs' retention runs out: a's two seconds after its release, b's
+    // two seconds after its lease expires.
     tick_until(&mut con, &tick, |con| match history_memory(con) {
         (0, 0) => Ok(()),
         seen => Err(format!("entries and bytes still kept: {seen:?}")),
