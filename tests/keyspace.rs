@@ -221,11 +221,11 @@ async fn hash_reads_give_lease_get_fields_as_bulk_strings() {
         con.run(&["OBJECT", "ENCODING", "run-1"]).await,
         bulk_value("listpack")
     );
-    // A 56-byte slot and 4 bytes in each of two indexes: the ids fit inline.
-    assert_eq!(int(&con.run(&["MEMORY", "USAGE", "run-1"]).await), 64);
+    // A 72-byte slot and 4 bytes in each of two indexes: the ids fit inline.
+    assert_eq!(int(&con.run(&["MEMORY", "USAGE", "run-1"]).await), 80);
     assert_eq!(
         int(&con.run(&["MEMORY", "USAGE", "run-1", "SAMPLES", "0"]).await),
-        64
+        80
     );
     // Long ids: a heap block of 4 + 70 + 8 bytes, and a value over 64 bytes.
     let long_run = "r".repeat(70);
@@ -234,7 +234,7 @@ async fn hash_reads_give_lease_get_fields_as_bulk_strings() {
         .unwrap();
     assert_eq!(
         int(&con.run(&["MEMORY", "USAGE", &long_run]).await),
-        56 + 4 + 78 + 8
+        72 + 4 + 78 + 8
     );
     assert_eq!(
         con.run(&["OBJECT", "ENCODING", &long_run]).await,
