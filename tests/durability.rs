@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::binary::{Server, data_dir, wait_until};
+use common::binary::{Server, data_dir, wait_for_rewrites, wait_until};
 use common::client::{Client, Lease, error_line, info_map, info_number, lease_reply};
 use redis::Value;
 
@@ -1178,18 +1178,6 @@ fn wait_for_ops(ops: &AtomicUsize, at_least: usize) {
             done => Err(format!("clients too slow: {done} round trips")),
         }
     });
-}
-
-/// Waits for `rewrites` rewrites to have finished; `INFO persistence`.
-fn wait_for_rewrites(con: &mut Client, rewrites: u64) -> HashMap<String, String> {
-    wait_until(Duration::from_secs(30), || {
-        let info = con.info("persistence");
-        if info["aof_rewrite_in_progress"] == "0" && info_number(&info, "aof_rewrites") >= rewrites
-        {
-            return Ok(info);
-        }
-        Err(format!("rewrite not done: {info:?}"))
-    })
 }
 
 fn rewrite_under_load(crash: bool) {

@@ -434,3 +434,82 @@ fn type_ttl_and_hgetall_match_lease_get() {
     );
     assert_eq!(stdout(&redis_cli(&server, &["EXISTS", "run-42"])), "1\n");
 }
+
+/// `LEASE.HISTORY` as redis-cli prints it: nested flat arrays in RESP2,
+/// maps with doubles in RESP3, `(nil)` for the open `ended_at`. Retention
+/// 0 keeps the tenures at small explicit times, long expired on the
+/// server's clock.
+#[test]
+#[ignore = "needs redis-cli (Debian: apt-get install redis-tools); run with --include-ignored"]
+fn lease_history_in_both_protocols() {
+    let server = Server::start_with(&["--lease-retention", "0"]);
+    let acquire = ["LEASE.ACQUIRE", "run-1", "worker-a", "0", "TTL", "10"];
+    stdout(&redis_cli(&server, &acquire));
+    let out = stdout(&redis_cli(
+        &server,
+        &["LEASE.HEARTBEAT", "run-1:worker-a:1", "1", "5"],
+    ));
+    assert_eq!(out, "1\n");
+    let takeover = ["LEASE.ACQUIRE", "run-1", "worker-b", "20", "TTL", "10"];
+    stdout(&redis_cli(&server, &takeover));
+    let out = stdout(&redis_cli(&server, &["--no-raw", "LEASE.HISTORY", "run-1"]));
+    let tenure = |n: &str, worker: &str, token: &str, times: [&str; 3], beats: &str| {
+        let [acquired, expires, ended] = times;
+        format!(
+            "{n})  1) \"lease_id\"\n    2) \"run-1:{worker}:{token}\"\n    \
+             3) \"worker_id\"\n    4) \"{worker}\"\n    \
+             5) \"fencing_token\"\n    6) (integer) {token}\n    \
+             7) \"acquired_at\"\n    8) \"{acquired}\"\n    \
+             9) \"expires_at\"\n   10) \"{expires}\"\n   \
+             11) \"ended_at\"\n   12) \"{ended}\"\n   \
+             13) \"end\"\n   14) \"expired\"\n   \
+             15) \"heartbeats\"\n   16) (integer) {beats}\n"
+        )
+    };
+    let want = tenure("1", "worker-b", "2", ["20", "30", "30"], "0")
+        + &tenure("2", "worker-a", "1", ["0", "15", "15"], "1");
+    assert_eq!(out, want);
+    let out = stdout(&redis_cli(
+        &server,
+        &["-3", "--no-raw", "LEASE.HISTORY", "run-1", "COUNT", "1"],
+    ));
+    assert_eq!(
+        out,
+        "1) 1# \"lease_id\" => \"run-1:worker-b:2\"\n   \
+         2# \"worker_id\" => \"worker-b\"\n   \
+         3# \"fencing_token\" => (integer) 2\n   \
+         4# \"acquired_at\" => (double) 20\n   \
+         5# \"expires_at\" => (double) 30\n   \
+         6# \"ended_at\" => (double) 30\n   \
+         7# \"end\" => \"expired\"\n   \
+         8# \"heartbeats\" => (integer) 0\n"
+    );
+    let out = stdout(&redis_cli(
+        &server,
+        &["--no-raw", "LEASE.HISTORY", "run-1", "COUNT", "0"],
+    ));
+    assert_eq!(out, "(error) ERR value is out of range, must be positive\n");
+    let out = stdout(&redis_cli(&server, &["--no-raw", "LEASE.HISTORY", "none"]));
+    assert_eq!(out, "(empty array)\n");
+    // A lease on the server's clock is active: its ended_at is nil.
+    stdout(&redis_cli(
+        &server,
+        &["LEASE.ACQUIRE", "run-2", "w", "TTL", "100"],
+    ));
+    for protocol in ["-2", "-3"] {
+        let out = stdout(&redis_cli(
+            &server,
+            &[protocol, "--no-raw", "LEASE.HISTORY", "run-2"],
+        ));
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), if protocol == "-2" { 16 } else { 8 }, "{out}");
+        assert!(out.contains("\"run-2:w:3\""), "{out}");
+        let (ended_at, end) = if protocol == "-2" {
+            (lines[11], lines[13])
+        } else {
+            (lines[5], lines[6])
+        };
+        assert!(ended_at.ends_with("(nil)"), "{out}");
+        assert!(end.ends_with("\"active\""), "{out}");
+    }
+}

@@ -179,7 +179,7 @@ fn abandoning_200000_runs_gives_their_memory_back() {
     assert_eq!(con.dbsize(), RUNS as i64);
     let peak = info_number(&con.info("memory"), "used_memory");
     let growth = peak.saturating_sub(before);
-    // A slot is 56 bytes, the ids take a 32-byte block, and two hash
+    // A slot is 72 bytes, the ids take a 32-byte block, and two hash
     // indexes: well over 15 MiB, or the figure is not measuring leases.
     assert!(
         growth > 15 << 20,

@@ -7,18 +7,11 @@
 mod common;
 
 use std::path::Path;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use common::binary::{Server, data_dir, wait_until};
+use common::binary::{Server, clock, data_dir, wait_until};
 use common::client::{error, field, int, pairs, run, text};
 use redis::Value;
-
-fn clock() -> f64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
-}
 
 /// `LEASE.GETDATA run` as (value, fencing_token, written_at), or None.
 fn getdata(con: &mut redis::Connection, run_id: &str) -> Option<(String, i64, f64)> {

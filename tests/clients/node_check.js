@@ -59,10 +59,51 @@ async function withNodeRedis(port) {
   await client.quit();
 }
 
+// LEASE.HISTORY on the server's clock (after the checks with explicit
+// times): a released tenure, then the active one, newest first, each a
+// flat array with its times as strings and a null ended_at while active.
+async function withHistory(port) {
+  const r = new Redis({ port, host: "127.0.0.1", lazyConnect: true });
+  await r.connect();
+  assert.deepEqual(await r.call("LEASE.HISTORY", "io-history"), []);
+  const first = fields(await r.call("LEASE.ACQUIRE", "io-history", "w1", "TTL", "100"));
+  assert.equal(await r.call("LEASE.HEARTBEAT", first.lease_id, first.fencing_token), 1);
+  assert.equal(await r.call("LEASE.RELEASE", first.lease_id, first.fencing_token), 1);
+  const second = fields(await r.call("LEASE.ACQUIRE", "io-history", "w2", "TTL", "100"));
+  const tenures = (await r.call("LEASE.HISTORY", "io-history")).map(fields);
+  assert.equal(tenures.length, 2);
+  for (const tenure of tenures) {
+    assert.deepEqual(Object.keys(tenure), [
+      "lease_id", "worker_id", "fencing_token", "acquired_at", "expires_at",
+      "ended_at", "end", "heartbeats",
+    ]);
+    assert.equal(typeof tenure.acquired_at, "string");
+    assert.ok(Number(tenure.acquired_at) <= Number(tenure.expires_at), tenure);
+  }
+  const [active, released] = tenures;
+  assert.equal(active.lease_id, second.lease_id);
+  assert.equal(active.fencing_token, second.fencing_token);
+  assert.equal(active.ended_at, null);
+  assert.equal(active.end, "active");
+  assert.equal(active.heartbeats, 0);
+  assert.equal(released.lease_id, first.lease_id);
+  assert.equal(released.worker_id, "w1");
+  assert.equal(released.end, "released");
+  assert.equal(released.heartbeats, 1);
+  assert.ok(Number(released.ended_at) < Number(released.expires_at), released);
+  const newest = await r.call("LEASE.HISTORY", "io-history", "COUNT", "1");
+  assert.deepEqual(newest.map(fields), [active]);
+  await assert.rejects(r.call("LEASE.HISTORY", "io-history", "COUNT", "0"), /must be positive/);
+  await assert.rejects(r.call("LEASE.HISTORY"), /wrong number of arguments for 'lease.history'/);
+  assert.equal(await r.ping(), "PONG");
+  r.disconnect();
+}
+
 (async () => {
   const port = Number(process.argv[2]);
   await withIoredis(port);
   await withNodeRedis(port);
+  await withHistory(port);
   console.log("node clients ok");
 })().catch((err) => {
   console.error(err);

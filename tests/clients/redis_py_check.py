@@ -110,12 +110,77 @@ def check_data(port: int, protocol: int, run: str) -> None:
     r.close()
 
 
+HISTORY_KEYS = [
+    b"lease_id",
+    b"worker_id",
+    b"fencing_token",
+    b"acquired_at",
+    b"expires_at",
+    b"ended_at",
+    b"end",
+    b"heartbeats",
+]
+
+
+def check_history(port: int, protocol: int, run: str) -> None:
+    """LEASE.HISTORY on the server's clock: a released tenure with a
+    heartbeat, then the active one, newest first; maps with float times in
+    RESP3, flat arrays with times as bytes in RESP2; COUNT and its errors."""
+    r = redis.Redis(host="127.0.0.1", port=port, protocol=protocol)
+    hist = f"{run}-history"
+    assert r.execute_command("LEASE.HISTORY", hist) == []
+    first = r.execute_command("LEASE.ACQUIRE", hist, "w1", "TTL", "100")
+    first = first if protocol == 3 else dict(zip(first[0::2], first[1::2]))
+    first_id, first_token = first[b"lease_id"], first[b"fencing_token"]
+    assert r.execute_command("LEASE.HEARTBEAT", first_id, first_token) == 1
+    assert r.execute_command("LEASE.RELEASE", first_id, first_token) == 1
+    r.execute_command("LEASE.ACQUIRE", hist, "w2", "TTL", "100")
+    tenures = r.execute_command("LEASE.HISTORY", hist)
+    assert len(tenures) == 2, tenures
+    if protocol == 3:
+        for tenure in tenures:
+            assert list(tenure.keys()) == HISTORY_KEYS, tenure
+            assert isinstance(tenure[b"acquired_at"], float), tenure
+            assert isinstance(tenure[b"expires_at"], float), tenure
+    else:
+        for i, tenure in enumerate(tenures):
+            assert len(tenure) == 16 and tenure[0::2] == HISTORY_KEYS, tenure
+            tenure = dict(zip(tenure[0::2], tenure[1::2]))
+            for time in (b"acquired_at", b"expires_at"):
+                assert isinstance(tenure[time], bytes), tenure
+                tenure[time] = float(tenure[time])
+            if tenure[b"ended_at"] is not None:
+                tenure[b"ended_at"] = float(tenure[b"ended_at"])
+            tenures[i] = tenure
+    active, released = tenures
+    assert active[b"worker_id"] == b"w2" and active[b"end"] == b"active", active
+    assert active[b"ended_at"] is None and active[b"heartbeats"] == 0, active
+    assert active[b"fencing_token"] > first_token, active
+    assert active[b"lease_id"] == f"{hist}:w2:{active[b'fencing_token']}".encode()
+    assert released[b"lease_id"] == first_id and released[b"end"] == b"released", released
+    assert released[b"fencing_token"] == first_token and released[b"heartbeats"] == 1
+    assert released[b"acquired_at"] <= released[b"ended_at"] < released[b"expires_at"]
+    newest = r.execute_command("LEASE.HISTORY", hist, "COUNT", 1)
+    assert len(newest) == 1, newest
+    for count, error in [("0", "must be positive"), ("x", "not an integer")]:
+        try:
+            r.execute_command("LEASE.HISTORY", hist, "COUNT", count)
+        except redis.ResponseError as e:
+            assert error in str(e), e
+        else:
+            raise AssertionError(f"COUNT {count} accepted")
+    assert r.ping() is True
+    r.close()
+
+
 def main() -> None:
     port = int(sys.argv[1])
     check(port, 2, "py-run-resp2", 100)
     check(port, 3, "py-run-resp3", 1000)
     check_data(port, 2, "py-run-resp2")
     check_data(port, 3, "py-run-resp3")
+    check_history(port, 2, "py-run-resp2")
+    check_history(port, 3, "py-run-resp3")
     print("redis-py", redis.__version__, "ok")
 
 

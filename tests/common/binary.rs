@@ -2,15 +2,16 @@
 //! directory: for tests of the process itself (start-up, signals, crashes,
 //! restarts, logs) and of other programs driving it.
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use super::client::Client;
+use super::client::{Client, info_number};
 
 pub const BINARY: &str = env!("CARGO_BIN_EXE_leased");
 
@@ -351,6 +352,30 @@ pub fn wait_until<T>(patience: Duration, mut ready: impl FnMut() -> Result<T, St
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// The server's clock as a spawned server reads it: seconds since the
+/// epoch.
+#[allow(dead_code)]
+pub fn clock() -> f64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// Waits up to 30 s for `rewrites` rewrites (BGREWRITEAOF) to have
+/// finished; `INFO persistence` then.
+#[allow(dead_code)]
+pub fn wait_for_rewrites(con: &mut Client, rewrites: u64) -> HashMap<String, String> {
+    wait_until(Duration::from_secs(30), || {
+        let info = con.info("persistence");
+        if info["aof_rewrite_in_progress"] == "0" && info_number(&info, "aof_rewrites") >= rewrites
+        {
+            return Ok(info);
+        }
+        Err(format!("rewrite not done: {info:?}"))
+    })
 }
 
 /// Waits up to `timeout` for `child` to exit. A bounded poll: nothing
