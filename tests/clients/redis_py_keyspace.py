@@ -106,7 +106,7 @@ def check(port, protocol, runs):
     assert r.ttl("no-such-run") == -2
     assert 590_000 <= r.pttl("run-42") <= 600_000
     assert r.exists("run-1", "run-2", "no-such-run") == 2
-    assert r.memory_usage("run-42") == 64
+    assert r.memory_usage("run-42") == 80
     assert r.memory_usage("no-such-run") is None
     assert r.object("encoding", "run-42") == b"listpack"
     assert r.randomkey() in runs
