@@ -394,9 +394,9 @@ fn bigkeys_and_memkeys_report_the_leases_as_hashes() {
     assert!(big.contains("has 6 fields"), "{big}");
     let mem = stdout(&redis_cli(&server, &["--memkeys"]));
     assert!(mem.contains("Sampled 3 keys in the keyspace!"), "{mem}");
-    assert!(mem.contains("3 hashs with 192 bytes"), "{mem}");
+    assert!(mem.contains("3 hashs with 240 bytes"), "{mem}");
     let sampled = stdout(&redis_cli(&server, &["--memkeys-samples", "5"]));
-    assert!(sampled.contains("3 hashs with 192 bytes"), "{sampled}");
+    assert!(sampled.contains("3 hashs with 240 bytes"), "{sampled}");
 }
 
 #[test]
