@@ -206,11 +206,8 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
             println!("write rejected: checkpoint {step}'s token {token} is older than the table's");
             return Ok(ExitCode::from(REJECTED));
         }
-        // Then the run's data, the hint the next holder resumes from
-        // (checked first, then LEASE.SETDATA, which the server refuses
-        // unless the lease is still the run's, unexpired). The SQLite row
-        // comes first: a worker that stops between the two leaves the data
-        // a step behind the row, and the next holder redoes that step.
+        // Then the run's data, the hint the next holder resumes from (the
+        // row comes first: a stop between the two makes the next redo a step).
         if lease.checkpoint(encode_checkpoint(step)).await.is_err() {
             println!("lease lost: checkpoint {step} is in the table, but leased refused it");
             return Ok(ExitCode::from(LOST));
