@@ -42,7 +42,7 @@ async fn a_lease_is_acquired_heartbeated_past_its_ttl_and_released() {
     assert_eq!(history[0].end, "active");
 
     let lost = lease.lost();
-    assert_eq!(lease.release().await.unwrap(), true);
+    assert!(lease.release().await.unwrap());
     assert!(lost.is_cancelled());
     assert_eq!(registry.get("run-1").await.unwrap(), None);
     let history = registry.history("run-1", None).await.unwrap();
@@ -156,7 +156,7 @@ async fn a_refused_heartbeat_sets_lost_within_a_period() {
     tokio::time::timeout(Duration::from_secs(2), lease.lost().cancelled())
         .await
         .expect("lost within a period (1 s) and some slack");
-    assert!(taken.elapsed() <= Duration::from_millis(1000 + 300));
+    assert!(taken.elapsed() <= Duration::from_millis(1000 + 500));
     assert!(lease.lost_reason().unwrap().contains("refused"));
     assert!(matches!(lease.check(), Err(Error::LeaseLost { .. })));
     let refused = lease.checkpoint("step=9").await;
