@@ -203,18 +203,33 @@ impl Lease {
     /// Stores `value` as the run's data (`LEASE.SETDATA`), for the next
     /// holder to resume from: checked first, and never sent once the lease
     /// is lost. A refusal sets `lost` and errors with
-    /// [`Error::LeaseLost`]; [`Error::Unavailable`] when no node answered
-    /// (the lease may still be held).
+    /// [`Error::LeaseLost`], as does a reply still awaited when the
+    /// deadline passes; [`Error::Unavailable`] when no node answered (the
+    /// lease may still be held).
     pub async fn checkpoint(&mut self, value: impl Into<Vec<u8>>) -> Result<(), Error> {
+        const UNANSWERED: &str = "its deadline passed while LEASE.SETDATA was unanswered";
         let value = value.into();
         let shared = &self.shared;
         let _writes = shared.writes.lock().await;
         for _ in 0..crate::UNCERTAIN_SENDS {
             shared.check(true)?;
-            let stored = self
-                .registry
-                .set_data(&shared.run, &shared.lease_id, shared.token, &value)
-                .await?;
+            let stored = {
+                let (run, lease_id) = (&shared.run, &shared.lease_id);
+                let set = self.registry.set_data(run, lease_id, shared.token, &value);
+                tokio::pin!(set);
+                // Not waited for past the deadline (which heartbeats may move
+                // meanwhile): the lease is lost then, whatever the reply.
+                loop {
+                    match tokio::time::timeout_at(shared.deadline(), &mut set).await {
+                        Ok(stored) => break stored?,
+                        Err(_) if Instant::now() >= shared.deadline() => {
+                            shared.set_lost(UNANSWERED);
+                            return Err(shared.lost_error());
+                        }
+                        Err(_) => {}
+                    }
+                }
+            };
             match stored {
                 Some(true) => {
                     self.data = Some(value);

@@ -58,7 +58,9 @@
 //!   holds the lease's write lock from its check until its `LEASE.SETDATA`
 //!   is answered; the heartbeat task sets `lost` under the same lock. So
 //!   the library sends no `LEASE.SETDATA` once `lost` is set, or once the
-//!   deadline has passed. A `LEASE.SETDATA` answered 0 sets `lost`.
+//!   deadline has passed. A `LEASE.SETDATA` answered 0 sets `lost`, and
+//!   so does one still unanswered when the deadline passes: a checkpoint
+//!   holds the lock no longer than that.
 //! - **A paused process** (a GC pause, SIGSTOP, a suspended VM, a blocked
 //!   runtime thread) sends no heartbeat. When it wakes, the monotonic clock
 //!   is past the deadline: `check()` errors before the next write, and the

@@ -18,6 +18,9 @@ enum Answer {
     /// Closes the connection without a reply, as if it was cut just after
     /// the command went out.
     Close,
+    /// Answers nothing more on this connection for a minute: a network
+    /// that drops everything from now on.
+    Hang,
 }
 
 type Script = dyn Fn(&[String]) -> Answer + Send + Sync;
@@ -79,6 +82,10 @@ fn serve(stream: TcpStream, script: &Script, log: &Mutex<Vec<Vec<String>>>) {
             }
             Answer::Close => {
                 let _ = writer.shutdown(std::net::Shutdown::Both);
+                return;
+            }
+            Answer::Hang => {
+                std::thread::sleep(Duration::from_secs(60));
                 return;
             }
         }
@@ -406,4 +413,27 @@ async fn an_uncertain_checkpoint_is_read_back_and_sent_again_only_if_it_did_not_
     assert_eq!(fake.count("LEASE.SETDATA"), 3);
     assert_eq!(*sets.lock().unwrap(), ["step=1", "(lost)", "step=2"]);
     assert_eq!(lease.data(), Some(&b"step=2"[..]));
+}
+
+/// A checkpoint whose reply never comes is not waited for past the
+/// deadline (the response timeout is 5 s): the lease is lost then.
+#[tokio::test]
+async fn a_checkpoint_unanswered_at_the_deadline_is_lost_then() {
+    let fake = Fake::start(|args| match args[0].as_str() {
+        "LEASE.ACQUIRE" => reply(&lease("run-1", "worker-a", 4, None)),
+        "LEASE.SETDATA" => Answer::Hang,
+        _ => reply(&int(1)),
+    });
+    let registry = Registry::connect(&fake.url()).await.unwrap();
+    let mut lease = registry.lease("run-1", "worker-a", ttl(0.9)).await.unwrap();
+    let deadline = lease.deadline();
+    let lost = lease.checkpoint("step=1").await;
+    assert!(matches!(lost, Err(Error::LeaseLost { .. })), "{lost:?}");
+    assert!(Instant::now() >= deadline);
+    assert!(Instant::now() < deadline + Duration::from_millis(500));
+    assert!(lease.is_lost());
+    assert!(
+        lease.lost_reason().unwrap().contains("unanswered"),
+        "{lease:?}"
+    );
 }

@@ -93,7 +93,7 @@ fn a_worker_paused_past_its_ttl_checks_before_its_next_write_and_sends_none() {
             let lease_id = lease.lease_id().to_owned();
             let released = lease.release().await;
             say(format!("release(): {released:?} (the run was taken over)"));
-            assert_eq!(released.unwrap(), false);
+            assert!(!released.unwrap());
             (paused, lease_id)
         })
     });
