@@ -286,3 +286,43 @@ async fn events_stream_the_runs_changes() {
         assert_eq!(event.worker_id.as_deref(), Some("worker:a"));
     }
 }
+
+/// Over RESP3 (maps, doubles, pushes) the replies read the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resp3_replies_read_the_same() {
+    let server = Server::start();
+    let url = format!("{}?protocol=resp3", server.url());
+    let registry = Registry::connect(&url).await.unwrap();
+    let mut events = registry.events("__leaseevent__:*").await.unwrap();
+    let mut lease = registry.lease("run-1", "a", ttl(5.0)).await.unwrap();
+    lease.checkpoint("step=0").await.unwrap();
+    let shown = registry.get("run-1").await.unwrap().unwrap();
+    assert_eq!(
+        (shown.lease_id.as_str(), shown.expired),
+        (lease.lease_id(), Some(false))
+    );
+    let data = registry.get_data("run-1").await.unwrap().unwrap();
+    assert_eq!(
+        (data.value.as_slice(), data.fencing_token),
+        (&b"step=0"[..], lease.token())
+    );
+    assert!(data.written_at > 1e9);
+    let history = registry.history("run-1", None).await.unwrap();
+    assert_eq!(history.len(), 1);
+    assert_eq!(
+        (history[0].ended_at, history[0].end.as_str()),
+        (None, "active")
+    );
+    assert!(history[0].expires_at > history[0].acquired_at);
+    let token = lease.token();
+    assert!(lease.release().await.unwrap());
+    let event = tokio::time::timeout(PATIENCE, events.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (event.kind.as_str(), event.run_id.as_str()),
+        ("acquired", "run-1")
+    );
+    assert_eq!((event.fencing_token, event.worker_id), (token, None));
+}
