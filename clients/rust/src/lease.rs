@@ -292,13 +292,15 @@ impl Drop for Lease {
 
 /// Heartbeats every TTL/3 until the lease is lost: 1 moves the deadline to
 /// the send time + TTL; 0 sets `lost`; a failure or a timeout (half a
-/// period) is retried every TTL/12 until the deadline passes, and then
-/// `lost` is set. Nothing is sent past the deadline.
+/// period) is retried every TTL/12, and when none has succeeded for a
+/// whole period since the first that failed (or the deadline passes
+/// first), `lost` is set. Nothing is sent past the deadline.
 async fn heartbeat(registry: Registry, shared: Arc<Shared>) {
     let period = shared.ttl / 3;
     let retry = shared.ttl / 12;
     let timeout = period / 2;
     let mut next = shared.deadline() - shared.ttl + period;
+    let mut failing_since: Option<Instant> = None;
     loop {
         let deadline = shared.deadline();
         tokio::select! {
@@ -316,6 +318,7 @@ async fn heartbeat(registry: Registry, shared: Arc<Shared>) {
             Ok(Ok(Beat::Extended)) => {
                 shared.extend(sent + shared.ttl);
                 next = sent + period;
+                failing_since = None;
             }
             Ok(Ok(Beat::Refused)) => {
                 let _writes = shared.writes.lock().await;
@@ -324,7 +327,17 @@ async fn heartbeat(registry: Registry, shared: Arc<Shared>) {
                 );
                 return;
             }
-            Ok(Ok(Beat::Unknown)) | Ok(Err(_)) | Err(_) => next = Instant::now() + retry,
+            Ok(Ok(Beat::Unknown)) | Ok(Err(_)) | Err(_) => {
+                // A server out of reach for a whole period loses the lease
+                // then, not only at the deadline.
+                let since = *failing_since.get_or_insert(sent);
+                if Instant::now() - since >= period {
+                    let _writes = shared.writes.lock().await;
+                    shared.set_lost("heartbeats failed for a whole heartbeat period");
+                    return;
+                }
+                next = Instant::now() + retry;
+            }
         }
     }
 }

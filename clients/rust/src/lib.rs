@@ -48,12 +48,12 @@
 //!   does.
 //! - **Heartbeats** run in a tokio task every TTL/3. A reply of 1 moves
 //!   the deadline to (send time + TTL); 0 (expired, released, taken over)
-//!   sets `lost` at once; an error or a timeout proves nothing either way,
-//!   so the task retries every TTL/12 until the deadline passes, then sets
-//!   `lost`. A heartbeat times out after half a period (TTL/6), below the
-//!   period, so a dead server is noticed within one period: `lost` is set
-//!   at the deadline, or at most TTL/6 after it. A lease, once lost,
-//!   stays lost.
+//!   sets `lost` at once; an error or a timeout is retried every TTL/12,
+//!   and when none has succeeded for a whole period since the first that
+//!   failed (or the deadline passes first), `lost` is set: a dead server or
+//!   a cut connection loses the lease within one period of the heartbeat
+//!   that found it. A heartbeat times out after half a period (TTL/6). A
+//!   lease, once lost, stays lost.
 //! - **Writes stop at `lost`.** [`Lease::checkpoint`] checks first and
 //!   holds the lease's write lock from its check until its `LEASE.SETDATA`
 //!   is answered; the heartbeat task sets `lost` under the same lock. So

@@ -173,29 +173,29 @@ async fn a_refused_heartbeat_sets_lost_within_a_period() {
     assert_eq!(setdata, 0, "{:?}", monitor.seen());
 }
 
-/// The server dies: heartbeats fail (connection refused) and are retried
-/// until the deadline, and `lost` is set then, within a period of it.
+/// The server dies: heartbeats fail (connection refused) and are retried,
+/// and `lost` is set within a period of the first that failed, the one
+/// due next after the kill: at most two periods after it (and some slack
+/// for a loaded machine), before the deadline would have said so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_server_sets_lost_within_a_period_of_the_deadline() {
+async fn a_killed_server_sets_lost_within_a_period_of_the_failed_heartbeat() {
     let mut server = Server::start();
     let registry = Registry::connect(&server.url()).await.unwrap();
     let mut lease = registry.lease("run-1", "a", ttl(1.5)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(700)).await;
     server.kill();
-    let deadline = lease.deadline();
+    let broken = Instant::now();
     tokio::time::timeout(Duration::from_secs(4), lease.lost().cancelled())
         .await
         .expect("lost");
-    let at = Instant::now();
     let period = Duration::from_millis(500);
-    assert!(at >= deadline, "lost before the deadline");
+    let after = Instant::now() - broken;
     assert!(
-        at <= deadline + period,
-        "lost {:?} after the deadline",
-        at - deadline
+        after <= 2 * period + Duration::from_millis(500),
+        "lost {after:?} after the kill"
     );
     assert!(
-        lease.lost_reason().unwrap().contains("deadline"),
+        lease.lost_reason().unwrap().contains("heartbeat"),
         "{lease:?}"
     );
     let refused = lease.checkpoint("step=1").await;
@@ -207,26 +207,24 @@ async fn a_killed_server_sets_lost_within_a_period_of_the_deadline() {
 
 /// The network drops everything (connections closed, new ones never
 /// answered): heartbeats time out at half a period, are retried, and
-/// `lost` is set within a period of the deadline.
+/// `lost` is set within a period of the first that failed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cut_connection_sets_lost_within_a_period_of_the_deadline() {
+async fn a_cut_connection_sets_lost_within_a_period_of_the_failed_heartbeat() {
     let server = Server::start();
     let proxy = Proxy::start(server.port);
     let registry = Registry::connect(&proxy.url()).await.unwrap();
     let lease = registry.lease("run-1", "a", ttl(1.5)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(700)).await;
     proxy.cut();
-    let deadline = lease.deadline();
+    let broken = Instant::now();
     tokio::time::timeout(Duration::from_secs(4), lease.lost().cancelled())
         .await
         .expect("lost");
-    let at = Instant::now();
-    assert!(at >= deadline, "lost before the deadline");
     let period = Duration::from_millis(500);
+    let after = Instant::now() - broken;
     assert!(
-        at <= deadline + period,
-        "lost {:?} after the deadline",
-        at - deadline
+        after <= 2 * period + period / 2 + Duration::from_millis(500),
+        "lost {after:?} after the cut"
     );
     assert!(lease.check().is_err());
 }

@@ -360,8 +360,10 @@ async fn an_uncertain_heartbeat_of_a_lease_still_shown_moves_no_deadline() {
     tokio::time::timeout(Duration::from_secs(2), lease.lost().cancelled())
         .await
         .expect("lost");
+    // Never extended; lost a period after the first uncertain heartbeat,
+    // after retries.
     assert_eq!(lease.deadline(), deadline);
-    assert!(Instant::now() >= deadline);
+    assert!(lease.lost_reason().unwrap().contains("heartbeat"));
     assert!(fake.count("LEASE.HEARTBEAT") >= 2);
 }
 
