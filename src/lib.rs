@@ -13,7 +13,7 @@
 //! ```text
 //! leaves   registry, request, reply, command, config, glob, number, splitargs,
 //!          ceiling, aof, slowlog, monitor, pubsub, system, logging, warnings, tls,
-//!          histogram
+//!          histogram, cluster
 //! state    the running configuration, client table, counters, clock
 //! core     the task that owns the registry, the log and the token ceiling
 //! views    info, metrics
@@ -33,6 +33,7 @@
 //! - [`core`]: the one task that owns the registry and answers lease commands.
 //! - [`registry`]: the pure lease state machine; its one deterministic
 //!   `apply(op, clock)`.
+//! - [`cluster`]: cluster mode's core: the registry replicated by Raft (not served yet).
 //! - [`ceiling`]: the durable fencing-token ceiling and the data-directory lock.
 //! - [`reply`]: reply values and their RESP2/RESP3 encoding.
 //! - [`info`]: the `INFO` text.
@@ -48,6 +49,7 @@
 
 pub mod aof;
 pub mod ceiling;
+pub mod cluster;
 pub mod command;
 pub mod config;
 pub mod connection;

@@ -21,6 +21,7 @@ use std::path::Path;
 const LAYERS: &[(&str, usize)] = &[
     ("aof", 0),
     ("ceiling", 0),
+    ("cluster", 0),
     ("command", 0),
     ("config", 0),
     ("glob", 0),

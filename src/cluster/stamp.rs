@@ -1,0 +1,63 @@
+//! The leader's time stamp on each entry it proposes.
+//!
+//! A stamp is `max(last stamp, clock, floor)`: it never goes back on one
+//! leader even if its clock does, and a new leader starts from at least
+//! the registry time it has applied (the `floor`), so a clock behind the
+//! old leader's does not stamp the past. The clock is injected, so tests
+//! drive time.
+
+use std::sync::{Arc, Mutex};
+
+/// Seconds since the Unix epoch, as the node reads them.
+pub type Clock = Arc<dyn Fn() -> f64 + Send + Sync>;
+
+pub struct Stamper {
+    clock: Clock,
+    last: Mutex<f64>,
+}
+
+impl Stamper {
+    pub fn new(clock: Clock) -> Stamper {
+        Stamper {
+            clock,
+            last: Mutex::new(f64::NEG_INFINITY),
+        }
+    }
+
+    /// The next stamp, at least `floor`.
+    pub fn stamp(&self, floor: f64) -> f64 {
+        let mut last = self.last.lock().expect("stamp lock");
+        *last = last.max((self.clock)()).max(floor);
+        *last
+    }
+}
+
+/// The machine's clock.
+pub fn system_clock() -> Clock {
+    Arc::new(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    #[test]
+    fn a_stamp_never_goes_back() {
+        let now = Arc::new(AtomicU64::new(10f64.to_bits()));
+        let read = now.clone();
+        let stamper = Stamper::new(Arc::new(move || {
+            f64::from_bits(read.load(Ordering::SeqCst))
+        }));
+        assert_eq!(stamper.stamp(f64::NEG_INFINITY), 10.0);
+        now.store(5f64.to_bits(), Ordering::SeqCst);
+        assert_eq!(stamper.stamp(f64::NEG_INFINITY), 10.0);
+        assert_eq!(stamper.stamp(12.0), 12.0);
+        now.store(20f64.to_bits(), Ordering::SeqCst);
+        assert_eq!(stamper.stamp(12.0), 20.0);
+    }
+}
