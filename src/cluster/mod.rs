@@ -10,8 +10,8 @@
 //!
 //! This is the first slice: the types ([`types`]), the state machine and
 //! its snapshots, an in-memory log ([`log_store`]) and a node that writes
-//! through its Raft ([`node`]). There is no network between nodes yet;
-//! the server does not use this module.
+//! through its Raft ([`node`]). The network between nodes exists only in
+//! tests (an in-process router); the server does not use this module yet.
 //! docs/cluster.md says what is built and what is not.
 
 pub mod log_store;
@@ -19,3 +19,8 @@ pub mod node;
 pub mod stamp;
 pub mod state_machine;
 pub mod types;
+
+#[cfg(test)]
+mod network;
+#[cfg(test)]
+mod tests;
