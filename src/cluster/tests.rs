@@ -22,6 +22,10 @@ use crate::registry::{Change, Lease, Op, Outcome, Registry};
 use openraft::error::{ClientWriteError, RaftError};
 
 const WAIT: Duration = Duration::from_secs(20);
+/// A write refused by a leader about to step down (or just elected, its
+/// lease not yet established) is sent again after a pause, this often.
+const RETRIES: usize = 100;
+const RETRY_AFTER: Duration = Duration::from_millis(100);
 
 /// A clock a test sets.
 #[derive(Clone, Default)]
@@ -120,6 +124,9 @@ impl Cluster {
                 heartbeat_interval: 100,
                 election_timeout_min: 800,
                 election_timeout_max: 1600,
+                // A snapshot purges the whole log it covers: a node that
+                // missed those entries must be sent the snapshot.
+                max_in_snapshot_log_to_keep: 0,
                 ..Default::default()
             }
             .validate()
@@ -192,7 +199,7 @@ impl Cluster {
     /// a write refused before it was appended (the leader changed, as a
     /// loaded machine can make it) is retried at the new leader.
     async fn write(&mut self, among: &[NodeId], ops: Vec<Op>) -> Vec<Outcome> {
-        for _ in 0..10 {
+        for _ in 0..RETRIES {
             let leader = self.leader(among).await;
             let written = self.nodes[&leader].write(ops.clone()).await;
             if let Some((time, outcomes)) = retry_or(written) {
@@ -200,13 +207,14 @@ impl Cluster {
                 self.history.push((batch, outcomes.clone()));
                 return outcomes;
             }
+            tokio::time::sleep(RETRY_AFTER).await;
         }
         panic!("no leader took the write");
     }
 
     /// A tick through the leader of `among`, recorded; returns its stamp.
     async fn tick(&mut self, among: &[NodeId], reclaim: usize) -> f64 {
-        for _ in 0..10 {
+        for _ in 0..RETRIES {
             let leader = self.leader(among).await;
             let written = self.nodes[&leader].tick(reclaim).await;
             if let Some((time, outcomes)) = retry_or(written) {
@@ -214,6 +222,7 @@ impl Cluster {
                     .push((Command::Tick(Tick { time, reclaim }), outcomes));
                 return time;
             }
+            tokio::time::sleep(RETRY_AFTER).await;
         }
         panic!("no leader took the tick");
     }
@@ -264,7 +273,11 @@ impl Cluster {
 fn retry_or<T>(written: Result<T, WriteError>) -> Option<T> {
     match written {
         Ok(written) => Some(written),
-        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => None,
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(refused))) => {
+            // Shown if the test fails.
+            eprintln!("write refused, sent again: {refused}");
+            None
+        }
         Err(error) => panic!("write failed: {error}"),
     }
 }
@@ -487,6 +500,68 @@ async fn a_partitioned_leader_is_replaced_and_tokens_keep_growing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_leader_is_replaced_and_tokens_keep_growing() {
     failover(true).await;
+}
+
+/// Waits until `check` holds of `id`'s metrics.
+async fn until(
+    cluster: &Cluster,
+    id: NodeId,
+    check: impl Fn(&openraft::RaftMetrics<super::types::TypeConfig>) -> bool,
+) {
+    let reached = async {
+        while !check(&cluster.nodes[&id].raft.metrics().borrow_watched()) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(WAIT, reached)
+        .await
+        .expect("metrics never got there");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_missed_purged_entries_is_sent_a_snapshot() {
+    let ids = [1, 2, 3];
+    let mut cluster = Cluster::start(&ids, 100.0).await;
+    let leader = cluster.leader(&ids).await;
+    let behind = *ids.iter().find(|&&id| id != leader).unwrap();
+    cluster.router.isolate(behind);
+    let rest: Vec<NodeId> = ids.iter().copied().filter(|&id| id != behind).collect();
+    let mut leases = Vec::new();
+    for run in ["a", "b", "c", "d"] {
+        leases.push(acquired(
+            &cluster.write(&rest, vec![acquire(run, "w", 5.0)]).await[0],
+        ));
+    }
+    let data = Op::SetData {
+        lease_id: leases[0].lease_id().into(),
+        token: leases[0].fencing_token,
+        value: Bytes::from_static(b"checkpoint"),
+        now: None,
+    };
+    cluster.write(&rest, vec![data, release(&leases[1])]).await;
+
+    let leader = cluster.leader(&rest).await;
+    let index = cluster.nodes[&leader].state.last_applied_index();
+    cluster.nodes[&leader]
+        .raft
+        .trigger()
+        .snapshot()
+        .await
+        .unwrap();
+    let covered = |m: &openraft::RaftMetrics<_>| {
+        m.snapshot.map(|id| id.index) >= index && m.purged.map(|id| id.index) >= index
+    };
+    until(&cluster, leader, covered).await;
+
+    cluster.router.heal();
+    until(&cluster, behind, |m| m.snapshot.map(|id| id.index) >= index).await;
+    let leader = cluster.leader(&ids).await;
+    cluster.settle(leader, &ids).await;
+    let reference = cluster.reference();
+    for id in ids {
+        assert_eq!(cluster.state_of(id), reference, "node {id}");
+    }
+    cluster.shutdown().await;
 }
 
 #[test]
