@@ -20,9 +20,14 @@ use tokio::time::advance;
 
 const TTL: f64 = 5.0;
 /// A timer for a time on the server's clock is set a microsecond late, to
-/// be sure the clock (read to the millisecond) has reached it; a test that
-/// moves the clock to exactly that time moves it this much further.
-const ROUNDING: Duration = Duration::from_micros(2);
+/// be sure the clock (read to the millisecond) has reached it, and tokio
+/// rounds a timer's deadline up to its next millisecond tick (ticks that
+/// need not line up with the server clock's milliseconds). So a timer for
+/// a time fires up to a millisecond after it: a test that moves the clock
+/// to exactly that time moves it this much further. (With 2 µs, a hand-over
+/// at an expiry waited forever in about one run in twenty: whenever the
+/// tick fell after the expiry.)
+const ROUNDING: Duration = Duration::from_micros(1_002);
 
 /// A blocked acquire under way on a connection of its own.
 struct Waiter {
