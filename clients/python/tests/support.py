@@ -10,6 +10,7 @@ without it.
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import os
 import re
@@ -86,6 +87,8 @@ def shared_url() -> str:
         return f"redis://127.0.0.1:{int(port)}"
     if _shared is None:
         _shared = Server()
+        # Stopped when the test run ends, not left running.
+        atexit.register(_shared.close)
     return _shared.url
 
 
