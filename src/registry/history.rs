@@ -84,8 +84,15 @@ impl History {
         self.0.len()
     }
 
+    /// How many tenures it holds, counted without copying them out.
     pub(super) fn len(&self) -> usize {
-        self.iter().count()
+        let mut rest = &self.0[..];
+        let mut count = 0;
+        while !rest.is_empty() {
+            skip(&mut rest);
+            count += 1;
+        }
+        count
     }
 
     /// Oldest first.

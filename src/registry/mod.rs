@@ -461,12 +461,7 @@ impl Registry {
             return false;
         }
         let at = clock.max(self.time);
-        let late = self.leases.get(slot).expires_at <= at;
-        self.health.end(if late {
-            TenureEnd::ReleasedLate
-        } else {
-            TenureEnd::Released
-        });
+        self.health.end(self.release_end(slot, at));
         self.emit_if_expired(slot, at);
         self.emit(EventKind::Released, slot);
         self.end_release(slot, at);
@@ -478,16 +473,20 @@ impl Registry {
     /// data and history stay until `retention` after `at` (unless the run
     /// is acquired again), and the lease is gone. Live and in replay.
     fn end_release(&mut self, slot: u32, at: f64) {
-        let late = self.leases.get(slot).expires_at <= at;
-        let end = if late {
-            TenureEnd::ReleasedLate
-        } else {
-            TenureEnd::Released
-        };
-        self.end_tenure(slot, end, at);
+        self.end_tenure(slot, self.release_end(slot, at), at);
         let run_id = Bytes::copy_from_slice(self.leases.get(slot).run_id());
         self.runs.orphan(&run_id, at);
         self.leases.remove(slot);
+    }
+
+    /// How a release at `at` ends the tenure of the lease in `slot`: late
+    /// once its `expires_at` has passed.
+    fn release_end(&self, slot: u32, at: f64) -> TenureEnd {
+        if self.leases.get(slot).expires_at <= at {
+            TenureEnd::ReleasedLate
+        } else {
+            TenureEnd::Released
+        }
     }
 
     /// The run's current lease and whether it has expired at `now`.
