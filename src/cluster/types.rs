@@ -3,9 +3,11 @@
 //!
 //! An entry is a [`Command`]: a [`Batch`] of the registry's [`Op`]s with
 //! the time the leader stamped on it, or a [`Tick`] that lets time pass.
-//! Entries are handed between nodes as values (the in-process network), so
-//! openraft's `serde` feature is off and nothing here is serialisable yet:
-//! the network bus will choose a wire format.
+//! Everything here is serde-serialisable: the node bus carries entries,
+//! openraft's RPCs and forwarded commands as postcard.
+//!
+//! A follower forwards its clients' lease commands to the leader as a
+//! [`Forward`] and relays the leader's [`Forwarded`] answers.
 
 use std::fmt;
 
@@ -15,7 +17,7 @@ use crate::registry::{Op, Outcome};
 pub type NodeId = u64;
 
 /// Ops written together, applied in order at the leader's stamp.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Batch {
     /// The leader's time (seconds since the Unix epoch): the `clock` every
     /// replica passes to [`crate::registry::Registry::apply`].
@@ -25,14 +27,14 @@ pub struct Batch {
 
 /// Time passing with no command: registry time moves to `time` and up to
 /// `reclaim` leases past retention are removed.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Tick {
     pub time: f64,
     pub reclaim: usize,
 }
 
 /// A log entry's payload.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Command {
     Batch(Batch),
     Tick(Tick),
@@ -57,6 +59,38 @@ impl fmt::Display for Command {
             Command::Tick(tick) => write!(f, "tick at {} reclaiming {}", tick.time, tick.reclaim),
         }
     }
+}
+
+/// A follower's clients' lease ops, sent to the leader to be run as if
+/// its own clients had sent them.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Forward {
+    pub ops: Vec<Op>,
+}
+
+/// The leader's answer to one forwarded op.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum Forwarded {
+    Outcome(Outcome),
+    Refused(ClusterRefusal),
+}
+
+/// Why a node did not run a lease op, in terms a client can act on.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum ClusterRefusal {
+    /// The op surely did not happen (no leader, or it was refused before
+    /// it reached the log): sending it again is safe.
+    TryAgain(String),
+    /// The op reached a leader that lost leadership (or a node that
+    /// stopped answering) before it was known to commit: it may or may
+    /// not have happened.
+    Uncertain(String),
+    /// An explicit `now` more than `lease-max-skew` seconds ahead of the
+    /// leader's clock.
+    FutureNow { max_skew: f64 },
+    /// An acquire that would take a run while the leader's memory is above
+    /// `maxmemory`.
+    OutOfMemory,
 }
 
 openraft::declare_raft_types!(

@@ -9,7 +9,7 @@
 use bytes::Bytes;
 
 /// A run's checkpoint as the registry reports it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RunData {
     pub value: Bytes,
     /// The token of the lease that wrote it.

@@ -36,7 +36,7 @@ impl Refused {
 
 /// How a tenure (one lease, from its acquire) ended, as `LEASE.HISTORY`
 /// names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum TenureEnd {
     /// Released before its `expires_at`.
     Released,

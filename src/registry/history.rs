@@ -45,7 +45,7 @@ pub struct PastTenure {
 }
 
 /// A tenure as `LEASE.HISTORY` reports it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Tenure {
     pub lease_id: Bytes,
     pub worker_id: Bytes,

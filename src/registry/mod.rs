@@ -56,7 +56,7 @@ use bytes::Bytes;
 use table::{LeaseTable, NewLease, Slot};
 
 /// A lease as the registry reports it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Lease {
     pub run_id: Bytes,
     pub worker_id: Bytes,
@@ -81,7 +81,7 @@ impl Lease {
 }
 
 /// A run's lease as the keyspace view reads it ([`Op::Inspect`]).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct KeyState {
     pub lease: Lease,
     /// Whether it has expired at `at`.

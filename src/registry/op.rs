@@ -18,7 +18,7 @@ use crate::glob;
 
 /// A command for the registry. `None` for `now` means "the server's
 /// clock", which [`Registry::apply`] is given.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Op {
     Acquire {
         run_id: Bytes,
@@ -106,7 +106,7 @@ pub enum Op {
 }
 
 /// What an [`Op`] did.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Outcome {
     /// An acquire: the new lease, or `None` when the run is held.
     Acquired(Option<Lease>),
