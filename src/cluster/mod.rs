@@ -18,6 +18,7 @@ pub mod log_store;
 pub mod node;
 pub mod stamp;
 pub mod state_machine;
+pub mod status;
 pub mod types;
 
 #[cfg(test)]
