@@ -14,13 +14,17 @@
 //! tests (an in-process router); the server does not use this module yet.
 //! docs/cluster.md says what is built and what is not.
 
+pub mod core;
 pub mod log_store;
 pub mod node;
 pub mod stamp;
+pub mod start;
 pub mod state_machine;
 pub mod status;
 pub mod types;
 
+#[cfg(test)]
+mod core_tests;
 #[cfg(test)]
 mod network;
 #[cfg(test)]

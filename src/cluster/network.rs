@@ -73,6 +73,11 @@ impl Router {
         nodes.get(&to).cloned().ok_or_else(|| unreachable(from, to))
     }
 
+    /// Whether requests from `from` reach `to`.
+    pub fn reachable(&self, from: NodeId, to: NodeId) -> bool {
+        !self.cut.lock().unwrap().contains(&(from, to))
+    }
+
     /// The reply is lost too if the link back was cut meanwhile.
     fn back(&self, from: NodeId, to: NodeId) -> Result<(), Unreachable<TypeConfig>> {
         match self.cut.lock().unwrap().contains(&(to, from)) {

@@ -46,7 +46,7 @@ impl Node {
     }
 
     /// The next stamp: never below this node's registry time.
-    fn stamp(&self) -> f64 {
+    pub fn stamp(&self) -> f64 {
         let floor = self.state.lock().registry.time();
         self.stamper.stamp(floor)
     }

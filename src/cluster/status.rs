@@ -66,3 +66,57 @@ impl ClusterStatus {
         self.leader.is_some()
     }
 }
+
+/// A member's addresses, as `cluster-nodes` gives them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Address {
+    pub id: NodeId,
+    pub addr: SocketAddr,
+    pub bus_addr: SocketAddr,
+}
+
+impl ClusterStatus {
+    /// The status openraft's metrics describe, with the members'
+    /// addresses from the configuration.
+    pub fn from_metrics(
+        metrics: &openraft::RaftMetrics<super::types::TypeConfig>,
+        addresses: &[Address],
+        elections: u64,
+    ) -> ClusterStatus {
+        use openraft::ServerState;
+        let role = match metrics.state {
+            ServerState::Leader => Role::Leader,
+            ServerState::Follower => Role::Follower,
+            ServerState::Candidate => Role::Candidate,
+            ServerState::Learner => Role::Learner,
+            ServerState::Shutdown => Role::Shutdown,
+        };
+        let membership = metrics.membership_config.membership();
+        let voters: Vec<NodeId> = membership.voter_ids().collect();
+        let matched = |id: NodeId| {
+            let replication = metrics.replication.as_ref()?;
+            replication.get(&id).copied().flatten().map(|log| log.index)
+        };
+        let members = addresses
+            .iter()
+            .map(|address| Member {
+                id: address.id,
+                addr: address.addr,
+                bus_addr: address.bus_addr,
+                voter: voters.contains(&address.id),
+                matched: matched(address.id),
+            })
+            .collect();
+        ClusterStatus {
+            id: metrics.id,
+            role,
+            term: metrics.current_term,
+            leader: metrics.current_leader,
+            commit_index: metrics.local_committed.map(|log| log.index),
+            applied_index: metrics.last_applied.map(|log| log.index),
+            last_log_index: metrics.last_log_index,
+            members,
+            elections,
+        }
+    }
+}

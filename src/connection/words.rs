@@ -138,6 +138,15 @@ fn refusal_reply(refusal: &Refusal) -> Reply {
         }
         Refusal::NoLog => Reply::error("ERR the append-only log is disabled (appendonly no)"),
         Refusal::ShuttingDown => Reply::error("ERR the server is shutting down"),
+        Refusal::TryAgain(why) => Reply::error(format!(
+            "TRYAGAIN {why}; the command did not happen: send it again"
+        )),
+        Refusal::Uncertain(why) => Reply::error(format!(
+            "UNCERTAIN {why}; the command may or may not have happened: check with LEASE.GET"
+        )),
+        Refusal::NotInCluster(what) => {
+            Reply::error(format!("ERR {what} is not available in cluster mode"))
+        }
     }
 }
 

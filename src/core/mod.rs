@@ -68,7 +68,7 @@ pub use tokens::{CeilingError, TOKEN_BLOCK};
 pub use waiters::Granted;
 
 /// Batches queued before connections wait for the core.
-const QUEUE_DEPTH: usize = 1024;
+pub(crate) const QUEUE_DEPTH: usize = 1024;
 
 /// What a connection asks of the core.
 #[derive(Clone, Debug, PartialEq)]
@@ -136,6 +136,14 @@ pub enum Refusal {
     NoLog,
     /// The core has stopped.
     ShuttingDown,
+    /// Cluster mode: the command surely did not happen (no leader, or it
+    /// was refused before it reached the log); sending it again is safe.
+    TryAgain(String),
+    /// Cluster mode: the command reached the log, or may have, and its
+    /// fate is unknown (the leader changed, or stopped answering).
+    Uncertain(String),
+    /// Cluster mode: what the command asks is not available in a cluster.
+    NotInCluster(&'static str),
 }
 
 /// The core's answers to a batch.
@@ -153,9 +161,9 @@ pub struct Answer {
 }
 
 /// The commands of one read, and where to send their answers.
-struct Batch {
-    commands: Vec<CoreCommand>,
-    reply: oneshot::Sender<Answer>,
+pub(crate) struct Batch {
+    pub(crate) commands: Vec<CoreCommand>,
+    pub(crate) reply: oneshot::Sender<Answer>,
 }
 
 /// How connections reach the core. When the last handle is dropped the
@@ -166,6 +174,12 @@ pub struct CoreHandle {
 }
 
 impl CoreHandle {
+    /// A handle on the queue a core task (the single node's, or cluster
+    /// mode's) reads batches from.
+    pub(crate) fn new(queue: mpsc::Sender<Batch>) -> CoreHandle {
+        CoreHandle { queue }
+    }
+
     /// Runs `commands` in order and returns one answer for each.
     pub async fn call(&self, commands: Vec<CoreCommand>) -> Answer {
         let count = commands.len();

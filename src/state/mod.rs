@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use arc_swap::{ArcSwap, Guard};
+use arc_swap::{ArcSwap, ArcSwapOption, Guard};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
@@ -51,6 +51,9 @@ pub struct Shared {
     pub shutdown: CancellationToken,
     /// The server's clock for lease commands without `now`.
     pub clock: Clock,
+    /// Cluster mode: this node's view of its cluster, kept up to date by
+    /// the node; `None` on a single node.
+    cluster: ArcSwapOption<crate::cluster::status::ClusterStatus>,
 }
 
 impl Shared {
@@ -73,7 +76,19 @@ impl Shared {
             slowlog: SlowLog::default(),
             shutdown: CancellationToken::new(),
             clock,
+            cluster: ArcSwapOption::empty(),
         }
+    }
+
+    /// Cluster mode: this node's view of its cluster; `None` on a single
+    /// node.
+    pub fn cluster(&self) -> Option<Arc<crate::cluster::status::ClusterStatus>> {
+        self.cluster.load_full()
+    }
+
+    /// Cluster mode: the node's new view of its cluster.
+    pub fn set_cluster(&self, status: Option<crate::cluster::status::ClusterStatus>) {
+        self.cluster.store(status.map(Arc::new));
     }
 
     /// The running configuration. Cheap (no lock, no reference count

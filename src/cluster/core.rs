@@ -1,0 +1,483 @@
+//! Cluster mode's core task: what the single node's core is to its
+//! connections (the same [`CoreHandle`], the same batches and answers),
+//! with the registry replicated.
+//!
+//! On the leader, each round of batches (every batch queued, and every
+//! request forwarded by a follower) becomes **one** log entry: its lease
+//! ops stamped with the leader's time. The entry is handed to Raft and the
+//! core goes on to the next round while it commits, so many entries are in
+//! flight at once and each fsync covers many commands (group commit). A
+//! round's replies go out once its entry is applied here, with the
+//! outcomes every replica computed.
+//!
+//! On a follower, a round's lease ops go to the leader over the bus as one
+//! [`Forward`], and the leader's answers are relayed.
+//!
+//! Reads go through the log too: a read's answer depends on registry time,
+//! and a read evaluated at a time not yet in the log could report a lease
+//! expired that a new leader, stamping from the log's time, would still
+//! let heartbeat. Through the log, every reply is at a committed time.
+//!
+//! Failover errors keep apart what a client may safely resend
+//! ([`Refusal::TryAgain`]: refused before it reached a log) from what may
+//! have happened ([`Refusal::Uncertain`]: appended, then leadership moved
+//! or the cluster went silent).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+use openraft::async_runtime::WatchReceiver;
+use openraft::error::ClientWriteError;
+use openraft::impls::ProgressResponder;
+use tokio::sync::{mpsc, oneshot};
+use tracing::warn;
+
+use super::node::Node;
+use super::types::{ClusterRefusal, Command, Forward, Forwarded, NodeId, Tick};
+use crate::config::{DirectiveError, SetError};
+use crate::core::{Answer, Batch, CommandStats, CoreAnswer, CoreCommand, CoreReport, Refusal};
+use crate::logging;
+use crate::registry::{Op, Outcome};
+use crate::state::Shared;
+use crate::system;
+
+/// The most batches (and forwarded requests) in one round, one entry.
+const MAX_DRAIN: usize = 512;
+/// Leases reclaimed per tick: a count, the same on every replica.
+const RECLAIM_STEP: usize = 256;
+/// How often the leader looks for leases to reclaim.
+const TICK_EVERY: Duration = Duration::from_millis(100);
+
+/// Why a forward to the leader failed.
+#[derive(Debug)]
+pub enum ForwardFailure {
+    /// It never left this node (no connection): safe to resend.
+    NotSent(String),
+    /// It was sent and no answer came back: its fate is unknown.
+    NoAnswer(String),
+}
+
+/// Sends a forward to a node (the bus, or a test's network).
+pub type Forwarder = Arc<
+    dyn Fn(NodeId, Forward) -> BoxFuture<'static, Result<Vec<Forwarded>, ForwardFailure>>
+        + Send
+        + Sync,
+>;
+
+/// A follower's forward, as the leader's bus server hands it to the core.
+pub struct Forwarding {
+    pub request: Forward,
+    pub reply: oneshot::Sender<Vec<Forwarded>>,
+}
+
+/// The commands of one request and where its answers go.
+enum Request {
+    Local(Batch),
+    Forwarded(Forwarding),
+}
+
+/// Where a request's answers go, once all of them are known.
+enum ReplyTo {
+    Local(oneshot::Sender<Answer>),
+    Forwarded(oneshot::Sender<Vec<Forwarded>>),
+}
+
+/// One request of a round: its answers so far, and which of them wait
+/// for the entry (by position in the round's ops).
+struct Pending {
+    reply: ReplyTo,
+    answers: Vec<Option<CoreAnswer>>,
+    /// `(position among the request's answers, position in the ops)`.
+    waiting: Vec<(usize, usize)>,
+}
+
+pub struct ClusterCore {
+    node: Arc<Node>,
+    forward: Forwarder,
+    shared: Arc<Shared>,
+    /// Counted when outcomes arrive, on tasks of their own.
+    stats: Arc<Mutex<CommandStats>>,
+    /// How long a command may wait for its entry to be applied before it
+    /// is answered `-UNCERTAIN`.
+    patience: Duration,
+}
+
+impl ClusterCore {
+    pub fn new(
+        node: Arc<Node>,
+        forward: Forwarder,
+        shared: Arc<Shared>,
+        patience: Duration,
+    ) -> ClusterCore {
+        ClusterCore {
+            node,
+            forward,
+            shared,
+            stats: Arc::new(Mutex::new(CommandStats::default())),
+            patience,
+        }
+    }
+
+    /// Serves connections' batches and followers' forwards until every
+    /// handle is gone.
+    pub(crate) async fn run(
+        self,
+        mut queue: mpsc::Receiver<Batch>,
+        mut forwards: mpsc::Receiver<Forwarding>,
+    ) {
+        let mut batches = Vec::with_capacity(MAX_DRAIN);
+        let mut forwarded = Vec::new();
+        let mut ticks = tokio::time::interval(TICK_EVERY);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                received = queue.recv_many(&mut batches, MAX_DRAIN) => {
+                    if received == 0 {
+                        break;
+                    }
+                    while let Ok(forward) = forwards.try_recv() {
+                        forwarded.push(forward);
+                    }
+                }
+                received = forwards.recv_many(&mut forwarded, MAX_DRAIN) => {
+                    if received == 0 {
+                        continue;
+                    }
+                    while let Ok(batch) = queue.try_recv() {
+                        batches.push(batch);
+                    }
+                }
+                _ = ticks.tick() => {
+                    self.tick().await;
+                    continue;
+                }
+            }
+            let requests = (batches.drain(..).map(Request::Local))
+                .chain(forwarded.drain(..).map(Request::Forwarded))
+                .collect();
+            self.round(requests).await;
+        }
+    }
+
+    /// One round: lease ops to the log (or to the leader), the rest
+    /// answered here.
+    async fn round(&self, requests: Vec<Request>) {
+        let leading = self.node.raft.as_leader().is_ok();
+        let started = Instant::now();
+        let clock = self.shared.clock.now();
+        let max_skew = self.shared.config().lease_max_skew;
+        let mut ops = Vec::new();
+        let mut pending = Vec::with_capacity(requests.len());
+        for request in requests {
+            let (commands, reply) = match request {
+                Request::Local(batch) => (batch.commands, ReplyTo::Local(batch.reply)),
+                Request::Forwarded(forwarding) => {
+                    if !leading {
+                        let refused = not_leader(forwarding.request.ops.len());
+                        let _ = forwarding.reply.send(refused);
+                        continue;
+                    }
+                    let commands = forwarding.request.ops.into_iter().map(CoreCommand::Op);
+                    (commands.collect(), ReplyTo::Forwarded(forwarding.reply))
+                }
+            };
+            let mut request = Pending {
+                reply,
+                answers: Vec::with_capacity(commands.len()),
+                waiting: Vec::new(),
+            };
+            for command in commands {
+                let answer = match command {
+                    CoreCommand::Op(op) => match refusal(&op, clock, max_skew) {
+                        Some(refused) => Some(CoreAnswer::Refused(refused)),
+                        None => {
+                            request.waiting.push((request.answers.len(), ops.len()));
+                            ops.push(op);
+                            None
+                        }
+                    },
+                    other => Some(self.execute(other)),
+                };
+                request.answers.push(answer);
+            }
+            pending.push(request);
+        }
+        let outcomes = match ops.is_empty() {
+            true => Box::pin(async { Ok(Vec::new()) }) as BoxFuture<'static, _>,
+            false if leading => self.propose(ops.clone()).await,
+            false => self.relay(ops.clone()),
+        };
+        let stats = self.stats.clone();
+        tokio::spawn(async move {
+            let outcomes = outcomes.await;
+            if let Ok(outcomes) = &outcomes {
+                let mut stats = stats.lock().expect("stats lock");
+                for (op, outcome) in ops.iter().zip(outcomes) {
+                    match outcome {
+                        Forwarded::Outcome(outcome) => stats.record(op, Some(outcome)),
+                        Forwarded::Refused(_) => stats.record(op, None),
+                    }
+                }
+            }
+            answer(pending, outcomes, started.elapsed());
+        });
+    }
+
+    /// Appends `ops` as one entry stamped with this leader's time; the
+    /// future resolves with their outcomes once it is applied here.
+    async fn propose(&self, ops: Vec<Op>) -> BoxFuture<'static, Outcomes> {
+        let count = ops.len();
+        let command = Command::Batch(super::types::Batch {
+            time: self.node.stamp(),
+            ops,
+        });
+        let (responder, applied) = ProgressResponder::complete_only();
+        if let Err(error) = self
+            .node
+            .raft
+            .client_write_ff(command, Some(responder))
+            .await
+        {
+            let why = format!("this node's Raft has stopped ({error})");
+            return Box::pin(async move { Err(Refusal::TryAgain(why)) });
+        }
+        let patience = self.patience;
+        Box::pin(async move {
+            let result = match tokio::time::timeout(patience, applied).await {
+                Err(_) => return Err(silent(patience)),
+                Ok(Err(_)) => {
+                    return Err(Refusal::Uncertain(
+                        "this node stopped before the command was known to commit".into(),
+                    ));
+                }
+                Ok(Ok(result)) => result,
+            };
+            match result {
+                Ok(response) => Ok(response.data.into_iter().map(Forwarded::Outcome).collect()),
+                Err(ClientWriteError::ForwardToLeader(_)) => Err(Refusal::TryAgain(
+                    "this node lost leadership before the command reached its log".into(),
+                )),
+                Err(error) => {
+                    warn!("A write of {count} commands ended uncertain: {error}");
+                    Err(Refusal::Uncertain(
+                        "leadership changed before the command was known to commit".into(),
+                    ))
+                }
+            }
+        })
+    }
+
+    /// Sends `ops` to the leader as one forward; the future resolves with
+    /// its answers.
+    fn relay(&self, ops: Vec<Op>) -> BoxFuture<'static, Outcomes> {
+        let leader = self.node.raft.metrics().borrow_watched().current_leader;
+        let forward = self.forward.clone();
+        let patience = self.patience;
+        Box::pin(async move {
+            let Some(leader) = leader else {
+                return Err(Refusal::TryAgain("the cluster has no leader now".into()));
+            };
+            let sent = forward(leader, Forward { ops });
+            match tokio::time::timeout(patience, sent).await {
+                Err(_) => Err(silent(patience)),
+                Ok(Ok(answers)) => Ok(answers),
+                Ok(Err(ForwardFailure::NotSent(why))) => Err(Refusal::TryAgain(format!(
+                    "the leader (node {leader}) cannot be reached: {why}"
+                ))),
+                Ok(Err(ForwardFailure::NoAnswer(why))) => Err(Refusal::Uncertain(format!(
+                    "the leader (node {leader}) did not answer: {why}"
+                ))),
+            }
+        })
+    }
+
+    /// On the leader, when leases wait to be reclaimed: an entry that lets
+    /// time pass and reclaims a bounded count of them on every replica.
+    async fn tick(&self) {
+        if self.node.raft.as_leader().is_err() {
+            return;
+        }
+        if !self.node.state.lock().registry.reclaim_due() {
+            return;
+        }
+        let command = Command::Tick(Tick {
+            time: self.node.stamp(),
+            reclaim: RECLAIM_STEP,
+        });
+        // Not waited for: the next tick looks again.
+        if let Err(error) = self.node.raft.client_write_ff(command, None).await {
+            warn!("Proposing a tick failed: {error}");
+        }
+    }
+
+    /// The commands that are not lease ops, answered by this node.
+    fn execute(&self, command: CoreCommand) -> CoreAnswer {
+        match command {
+            CoreCommand::Op(_) => unreachable!("lease ops go through the log"),
+            CoreCommand::AcquireBlocking { .. } => {
+                CoreAnswer::Refused(Refusal::NotInCluster("LEASE.ACQUIRE with BLOCK"))
+            }
+            CoreCommand::Waiters(_) => CoreAnswer::Workers(Vec::new()),
+            CoreCommand::Unblock { .. } => CoreAnswer::Outcome(Outcome::Flag(false)),
+            CoreCommand::Report => CoreAnswer::Report(Box::new(self.report())),
+            CoreCommand::RewriteLog => CoreAnswer::Refused(Refusal::NotInCluster(
+                "BGREWRITEAOF (the Raft log is snapshotted)",
+            )),
+            CoreCommand::Configure(pairs) => CoreAnswer::Configured(self.configure(&pairs)),
+            CoreCommand::ResetStats => {
+                *self.stats.lock().expect("stats lock") = CommandStats::default();
+                self.node.state.lock().registry.reset_health();
+                self.shared.stats.reset();
+                self.shared.calls.reset();
+                CoreAnswer::Reset
+            }
+        }
+    }
+
+    fn report(&self) -> CoreReport {
+        let replica = self.node.state.lock();
+        let registry = &replica.registry;
+        CoreReport {
+            leases: registry.len(),
+            expired: registry.expired_count(),
+            last_token: registry.last_token(),
+            // No ceiling in a cluster: tokens come from the replicated log.
+            token_ceiling: registry.last_token(),
+            registry_time: registry.time(),
+            lease_ttl: registry.default_ttl(),
+            blocked_clients: 0,
+            run_data: registry.data_count(),
+            run_data_bytes: registry.data_memory(),
+            history_entries: registry.history_entries(),
+            history_bytes: registry.history_memory(),
+            commands: self.stats.lock().expect("stats lock").clone(),
+            health: registry.health().clone(),
+            log: None,
+        }
+    }
+
+    /// `CONFIG SET`. The registry's settings are refused: every replica
+    /// must apply entries with the same ones, so they are set in every
+    /// node's file, not on one node.
+    fn configure(&self, pairs: &[(bytes::Bytes, bytes::Bytes)]) -> Result<(), SetError> {
+        let old = self.shared.config();
+        let pairs: Vec<(&[u8], &[u8])> = pairs.iter().map(|(n, v)| (&n[..], &v[..])).collect();
+        let new = old.set(&pairs)?;
+        let replicated = [
+            ("lease-ttl", new.lease_ttl != old.lease_ttl),
+            (
+                "lease-lock-delay",
+                new.lease_lock_delay != old.lease_lock_delay,
+            ),
+            (
+                "lease-retention",
+                new.lease_retention != old.lease_retention,
+            ),
+            (
+                "lease-history-len",
+                new.lease_history_len != old.lease_history_len,
+            ),
+        ];
+        if let Some((name, _)) = replicated.into_iter().find(|(_, changed)| *changed) {
+            return Err(SetError::Failed {
+                name: name.to_string(),
+                error: DirectiveError::Immutable,
+            });
+        }
+        if new.loglevel != old.loglevel {
+            logging::set_level(new.loglevel);
+        }
+        if new.maxclients > old.maxclients {
+            system::raise_open_files_limit(new.maxclients);
+        }
+        drop(old);
+        self.shared.set_config(new);
+        Ok(())
+    }
+}
+
+type Outcomes = Result<Vec<Forwarded>, Refusal>;
+
+/// Refusals decided before an op is proposed: an explicit `now` too far
+/// ahead of this node's clock.
+fn refusal(op: &Op, clock: f64, max_skew: f64) -> Option<Refusal> {
+    let now = op.explicit_now()?;
+    (max_skew > 0.0 && now > clock + max_skew).then_some(Refusal::FutureNow { max_skew })
+}
+
+fn silent(patience: Duration) -> Refusal {
+    Refusal::Uncertain(format!(
+        "no answer from the cluster within {} seconds",
+        patience.as_secs_f64()
+    ))
+}
+
+fn not_leader(count: usize) -> Vec<Forwarded> {
+    let refused = ClusterRefusal::TryAgain("the node forwarded to is no longer the leader".into());
+    vec![Forwarded::Refused(refused); count]
+}
+
+/// Sends every request of a round its answers: the ones decided at once,
+/// and the entry's outcomes (or its failure) for the rest.
+fn answer(pending: Vec<Pending>, outcomes: Outcomes, took: Duration) {
+    for request in pending {
+        let mut answers = request.answers;
+        for (at, op) in request.waiting {
+            answers[at] = Some(match &outcomes {
+                Ok(outcomes) => match outcomes.get(op) {
+                    Some(Forwarded::Outcome(outcome)) => CoreAnswer::Outcome(outcome.clone()),
+                    Some(Forwarded::Refused(refused)) => CoreAnswer::Refused(local(refused)),
+                    None => CoreAnswer::Refused(Refusal::Uncertain(
+                        "the leader's answer was cut short".into(),
+                    )),
+                },
+                Err(refused) => CoreAnswer::Refused(refused.clone()),
+            });
+        }
+        let answers: Vec<CoreAnswer> = answers.into_iter().map(|a| a.expect("answered")).collect();
+        match request.reply {
+            ReplyTo::Local(reply) => {
+                let count = answers.len();
+                let _ = reply.send(Answer {
+                    answers,
+                    took: vec![took; count],
+                    slow: Vec::new(),
+                });
+            }
+            ReplyTo::Forwarded(reply) => {
+                let _ = reply.send(answers.into_iter().map(remote).collect());
+            }
+        }
+    }
+}
+
+/// A leader's refusal as this node's.
+fn local(refused: &ClusterRefusal) -> Refusal {
+    match refused {
+        ClusterRefusal::TryAgain(why) => Refusal::TryAgain(why.clone()),
+        ClusterRefusal::Uncertain(why) => Refusal::Uncertain(why.clone()),
+        ClusterRefusal::FutureNow { max_skew } => Refusal::FutureNow {
+            max_skew: *max_skew,
+        },
+        ClusterRefusal::OutOfMemory => Refusal::OutOfMemory,
+    }
+}
+
+/// This leader's answer, for the follower that forwarded the op.
+fn remote(answer: CoreAnswer) -> Forwarded {
+    match answer {
+        CoreAnswer::Outcome(outcome) => Forwarded::Outcome(outcome),
+        CoreAnswer::Refused(refusal) => Forwarded::Refused(match refusal {
+            Refusal::FutureNow { max_skew } => ClusterRefusal::FutureNow { max_skew },
+            Refusal::OutOfMemory => ClusterRefusal::OutOfMemory,
+            Refusal::TryAgain(why) => ClusterRefusal::TryAgain(why),
+            Refusal::ShuttingDown => ClusterRefusal::TryAgain("the leader is shutting down".into()),
+            other => ClusterRefusal::Uncertain(format!("{other:?}")),
+        }),
+        other => Forwarded::Refused(ClusterRefusal::Uncertain(format!(
+            "unexpected answer {other:?}"
+        ))),
+    }
+}

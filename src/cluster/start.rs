@@ -1,0 +1,169 @@
+//! A cluster node inside the server: its Raft, the core task connections
+//! talk to, and the task that keeps `Shared`'s view of the cluster (for
+//! ROLE, INFO and CLUSTER) up to date.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::async_runtime::WatchReceiver;
+use openraft::error::{Fatal, InitializeError, RaftError};
+use openraft::network::NetSnapshot;
+use openraft::{BasicNode, RaftNetworkFactory, ServerState};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use super::core::{ClusterCore, Forwarder, Forwarding};
+use super::node::Node;
+use super::stamp::Clock;
+use super::state_machine::MakeRegistry;
+use super::status::{Address, ClusterStatus};
+use super::types::{NodeId, TypeConfig};
+use crate::core::{CoreHandle, QUEUE_DEPTH};
+use crate::state::Shared;
+
+/// What a node needs to know to join its cluster.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub id: NodeId,
+    /// Every member, this node included.
+    pub addresses: Vec<Address>,
+    /// How often the leader tells followers it is alive.
+    pub heartbeat: Duration,
+    /// The shortest silence after which a follower stands for election;
+    /// the longest is twice it.
+    pub election_timeout: Duration,
+    /// How long a command may wait for its entry before it is answered
+    /// `-UNCERTAIN`.
+    pub patience: Duration,
+}
+
+impl Settings {
+    /// openraft's configuration for these settings.
+    pub fn raft_config(&self) -> Arc<openraft::Config> {
+        let millis = |duration: Duration| duration.as_millis() as u64;
+        let config = openraft::Config {
+            cluster_name: "leased".into(),
+            heartbeat_interval: millis(self.heartbeat),
+            election_timeout_min: millis(self.election_timeout),
+            election_timeout_max: millis(self.election_timeout) * 2,
+            ..Default::default()
+        };
+        Arc::new(
+            config
+                .validate()
+                .expect("cluster timeouts are checked at start-up"),
+        )
+    }
+
+    /// The initial membership: every member's bus address.
+    fn membership(&self) -> BTreeMap<NodeId, BasicNode> {
+        (self.addresses.iter())
+            .map(|address| (address.id, BasicNode::new(address.bus_addr.to_string())))
+            .collect()
+    }
+}
+
+/// A started node, for the server.
+pub struct Started {
+    pub node: Arc<Node>,
+    /// The core's queue, for connections.
+    pub core: CoreHandle,
+    /// Where the bus server hands followers' forwards.
+    pub forwards: mpsc::Sender<Forwarding>,
+    /// Resolves once the core has stopped (the last [`CoreHandle`] gone)
+    /// and the node's Raft has shut down.
+    pub task: JoinHandle<()>,
+}
+
+/// Starts this node's Raft on `network`, joins (or forms) the cluster
+/// the settings name, and spawns the core and the status task.
+pub async fn start<N>(
+    settings: Settings,
+    shared: Arc<Shared>,
+    network: N,
+    forward: Forwarder,
+    make: MakeRegistry,
+) -> Result<Started, Fatal<TypeConfig>>
+where
+    N: RaftNetworkFactory<TypeConfig>,
+    N::Network: NetSnapshot<TypeConfig, SnapshotData = bytes::Bytes>,
+{
+    let clock_shared = shared.clone();
+    let clock: Clock = Arc::new(move || clock_shared.clock.now());
+    let node = Node::start(settings.id, settings.raft_config(), network, make, clock).await?;
+    let node = Arc::new(node);
+    initialize(&node, &settings).await?;
+    let status = tokio::spawn(publish_status(
+        node.clone(),
+        settings.addresses.clone(),
+        shared.clone(),
+    ));
+    let (queue, batches) = mpsc::channel(QUEUE_DEPTH);
+    let (forwards, forwarded) = mpsc::channel(QUEUE_DEPTH);
+    let core = ClusterCore::new(node.clone(), forward, shared.clone(), settings.patience);
+    let stopping = node.clone();
+    let task = tokio::spawn(async move {
+        core.run(batches, forwarded).await;
+        status.abort();
+        if let Err(error) = stopping.raft.shutdown().await {
+            warn!("Stopping the cluster node: {error}");
+        }
+        shared.set_cluster(None);
+    });
+    Ok(Started {
+        node,
+        core: CoreHandle::new(queue),
+        forwards,
+        task,
+    })
+}
+
+/// Forms the cluster on a pristine node (every member does the same with
+/// the same membership, which Raft allows); a node that already has a
+/// log keeps its own.
+async fn initialize(node: &Node, settings: &Settings) -> Result<(), Fatal<TypeConfig>> {
+    match node.raft.initialize(settings.membership()).await {
+        Ok(()) => {
+            info!("Cluster node {} formed its cluster", settings.id);
+            Ok(())
+        }
+        Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
+        Err(RaftError::APIError(InitializeError::NotInMembers(error))) => {
+            unreachable!("settings name this node: {error}")
+        }
+        Err(RaftError::Fatal(fatal)) => Err(fatal),
+    }
+}
+
+/// Republishes the node's view of its cluster whenever Raft's metrics
+/// change, and logs its changes of role.
+async fn publish_status(node: Arc<Node>, addresses: Vec<Address>, shared: Arc<Shared>) {
+    let mut metrics = node.raft.metrics();
+    let mut elections = 0;
+    let mut last_state = ServerState::Learner;
+    let mut last_leader = None;
+    loop {
+        let current = metrics.borrow_watched().clone();
+        if current.state == ServerState::Candidate && last_state != ServerState::Candidate {
+            elections += 1;
+        }
+        if current.current_leader != last_leader {
+            match current.current_leader {
+                Some(leader) => info!(
+                    "Cluster node {}: node {leader} leads, term {}",
+                    current.id, current.current_term
+                ),
+                None => info!("Cluster node {}: no leader known", current.id),
+            }
+        }
+        last_state = current.state;
+        last_leader = current.current_leader;
+        let status = ClusterStatus::from_metrics(&current, &addresses, elections);
+        shared.set_cluster(Some(status));
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
+}
