@@ -21,4 +21,5 @@ pub mod binary;
 pub mod child;
 pub mod client;
 pub mod inprocess;
+pub mod proxy;
 pub mod raw;
