@@ -30,8 +30,8 @@ struct Node {
     shared: Arc<Shared>,
 }
 
-struct Cluster {
-    router: Arc<Router>,
+pub(super) struct Cluster {
+    pub(super) router: Arc<Router>,
     nodes: HashMap<NodeId, Node>,
     forwards: Forwards,
 }
@@ -65,7 +65,7 @@ fn forwarder(from: NodeId, router: Arc<Router>, forwards: Forwards) -> Forwarder
 }
 
 impl Cluster {
-    async fn start(ids: &[NodeId]) -> Cluster {
+    pub(super) async fn start(ids: &[NodeId]) -> Cluster {
         let router = Arc::new(Router::default());
         let forwards: Forwards = Arc::default();
         let mut nodes = HashMap::new();
@@ -77,12 +77,13 @@ impl Cluster {
                 election_timeout: Duration::from_millis(800),
                 patience: Duration::from_secs(3),
             };
-            let shared = Arc::new(Shared::new(
-                Config::default(),
-                Vec::new(),
-                Vec::new(),
-                Clock::System,
-            ));
+            // lease-max-skew off: the linearizability test sends `now`s far
+            // ahead of the clock.
+            let config = Config {
+                lease_max_skew: 0.0,
+                ..Config::default()
+            };
+            let shared = Arc::new(Shared::new(config, Vec::new(), Vec::new(), Clock::System));
             let links = Links {
                 from: id,
                 router: router.clone(),
@@ -106,12 +107,12 @@ impl Cluster {
         }
     }
 
-    fn core(&self, id: NodeId) -> &CoreHandle {
+    pub(super) fn core(&self, id: NodeId) -> &CoreHandle {
         &self.nodes[&id].started.core
     }
 
     /// The leader every node of `among` agrees on.
-    async fn leader(&self, among: &[NodeId]) -> NodeId {
+    pub(super) async fn leader(&self, among: &[NodeId]) -> NodeId {
         let agreed = async {
             loop {
                 let seen: Vec<Option<NodeId>> = (among.iter())

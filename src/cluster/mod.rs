@@ -26,6 +26,8 @@ pub mod types;
 #[cfg(test)]
 mod core_tests;
 #[cfg(test)]
+mod linearizable_tests;
+#[cfg(test)]
 mod network;
 #[cfg(test)]
 mod tests;

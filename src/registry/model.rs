@@ -53,7 +53,7 @@ impl ModelLease {
 
 /// Every lease ever issued, oldest first, lease ids built whole and
 /// compared whole, time as a plain max.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Model {
     /// Every lease ever issued, oldest first.
     pub issued: Vec<ModelLease>,

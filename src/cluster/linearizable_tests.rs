@@ -1,0 +1,264 @@
+//! Linearizability of the cluster, checked: concurrent clients send random
+//! lease commands to random nodes of an in-process cluster while its leader
+//! is cut off and healed, and stateright's `LinearizabilityTester` looks
+//! for one order of the commands, respecting real time, in which the
+//! registry's reference model (`registry::model`) gives every reply the
+//! clients saw.
+//!
+//! Every command carries an explicit `now` far above the machine's clock
+//! (lease-max-skew is off), so leader stamps lag registry time and a
+//! command is evaluated at its `now` or at registry time, as the model
+//! evaluates it with a lagging clock: the outcome depends on the order of
+//! commands only, which is what the tester searches.
+//!
+//! A command refused with `-TRYAGAIN` did not happen and is left out; one
+//! answered `-UNCERTAIN` stays in flight for good (it may or may not have
+//! happened), and its client goes on as a new thread of the history.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use stateright::semantics::{ConsistencyTester, LinearizabilityTester, SequentialSpec};
+
+use super::core_tests::Cluster;
+use crate::core::{CoreAnswer, CoreCommand, Refusal};
+use crate::registry::model::Model;
+use crate::registry::{Op, Outcome};
+
+/// Far above the machine's clock: leaders' stamps always lag it.
+const BASE: f64 = 1e10;
+const CLIENTS: u64 = 4;
+const OPS_PER_CLIENT: usize = 30;
+const RUNS: [&str; 2] = ["run-a", "run-b"];
+
+/// The reference model as stateright's sequential specification.
+#[derive(Clone, Debug)]
+struct Spec(Model);
+
+impl SequentialSpec for Spec {
+    type Op = Op;
+    type Ret = Outcome;
+
+    fn invoke(&mut self, op: &Op) -> Outcome {
+        // A clock below every `now`: the model evaluates at registry time,
+        // as replicas do with a lagging stamp.
+        self.0
+            .apply(op, 0.0)
+            .expect("the model knows every lease op")
+    }
+}
+
+/// One command as a client saw it: when it was sent and answered, in one
+/// sequence shared by all clients, and its answer.
+#[derive(Debug)]
+struct Call {
+    thread: u64,
+    op: Op,
+    sent: u64,
+    answered: u64,
+    result: Result<Outcome, Refusal>,
+}
+
+/// A small deterministic generator (xorshift), one per client.
+struct Dice(u64);
+
+impl Dice {
+    fn roll(&mut self, sides: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % sides
+    }
+}
+
+/// The next command of a client that last held `held`.
+fn next_op(dice: &mut Dice, worker: &str, held: &Option<(Bytes, u64)>, now: f64) -> Op {
+    let run = Bytes::from_static(RUNS[dice.roll(2) as usize].as_bytes());
+    let (lease_id, token) = held
+        .clone()
+        .unwrap_or_else(|| (Bytes::from_static(b"run-a:nobody:1"), 1));
+    match dice.roll(6) {
+        0 | 1 => Op::Acquire {
+            run_id: run,
+            worker_id: Bytes::copy_from_slice(worker.as_bytes()),
+            now: Some(now),
+            ttl: Some(2.0),
+            lock_delay: None,
+            with_data: false,
+        },
+        2 => Op::Heartbeat {
+            lease_id,
+            token,
+            now: Some(now),
+        },
+        3 => Op::Validate {
+            run_id: run,
+            lease_id,
+            token,
+            now: Some(now),
+        },
+        4 => Op::Release { lease_id, token },
+        _ => Op::Get {
+            run_id: run,
+            now: Some(now),
+        },
+    }
+}
+
+/// Runs one client: its commands to random nodes, recorded.
+async fn client(
+    cluster: Arc<Cluster>,
+    index: u64,
+    ids: Vec<u64>,
+    sequence: Arc<AtomicU64>,
+    time: Arc<AtomicU64>,
+    calls: Arc<Mutex<Vec<Call>>>,
+) {
+    let mut dice = Dice(0x9E37_79B9_7F4A_7C15 ^ (index + 1) * 0x2545_F491);
+    let worker = format!("w{index}");
+    let mut thread = index;
+    let mut held: Option<(Bytes, u64)> = None;
+    for _ in 0..OPS_PER_CLIENT {
+        // Paced, so the commands span the partition and the healing.
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        // Time moves a quarter second per command, shared by all clients,
+        // so leases (TTL 2) expire and runs change hands.
+        let now = BASE + time.fetch_add(1, Ordering::SeqCst) as f64 * 0.25;
+        let op = next_op(&mut dice, &worker, &held, now);
+        let node = ids[dice.roll(ids.len() as u64) as usize];
+        let sent = sequence.fetch_add(1, Ordering::SeqCst);
+        let answer = cluster.core(node).call(vec![CoreCommand::Op(op.clone())]);
+        let answer = answer.await.answers.pop().expect("one answer");
+        let answered = sequence.fetch_add(1, Ordering::SeqCst);
+        let result = match answer {
+            CoreAnswer::Outcome(outcome) => Ok(outcome),
+            CoreAnswer::Refused(refusal) => Err(refusal),
+            other => panic!("unexpected answer {other:?}"),
+        };
+        if let Ok(Outcome::Acquired(Some(lease))) = &result {
+            held = Some((lease.lease_id().into(), lease.fencing_token));
+        }
+        let uncertain = matches!(result, Err(Refusal::Uncertain(_)));
+        calls.lock().unwrap().push(Call {
+            thread,
+            op,
+            sent,
+            answered,
+            result,
+        });
+        if uncertain {
+            // Its command stays in flight: the client goes on as another
+            // thread of the history.
+            thread += CLIENTS;
+        }
+    }
+}
+
+/// Feeds the calls to the tester in real-time order: `TRYAGAIN`s left
+/// out, `UNCERTAIN`s invoked and never returned.
+fn check(calls: &[Call]) -> Result<usize, String> {
+    let mut events: Vec<(u64, usize, bool)> = Vec::new();
+    for (index, call) in calls.iter().enumerate() {
+        match &call.result {
+            Err(Refusal::TryAgain(_)) => {}
+            Err(Refusal::Uncertain(_)) => events.push((call.sent, index, true)),
+            Ok(_) => {
+                events.push((call.sent, index, true));
+                events.push((call.answered, index, false));
+            }
+            Err(other) => return Err(format!("refused: {other:?} for {:?}", call.op)),
+        }
+    }
+    events.sort_by_key(|(at, _, _)| *at);
+    let mut tester = LinearizabilityTester::new(Spec(Model::new(10.0, 0)));
+    for (_, index, invoke) in events {
+        let call = &calls[index];
+        match (invoke, &call.result) {
+            (true, _) => tester.on_invoke(call.thread, call.op.clone())?,
+            (false, Ok(outcome)) => tester.on_return(call.thread, outcome.clone())?,
+            (false, Err(_)) => unreachable!("only answered calls return"),
+        };
+    }
+    let certain = calls.iter().filter(|call| call.result.is_ok()).count();
+    match tester.is_consistent() {
+        true => Ok(certain),
+        false => Err("no linearization explains the replies".into()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replies_through_a_leader_partition_are_linearizable() {
+    let cluster = Arc::new(Cluster::start(&[1, 2, 3]).await);
+    let ids = vec![1, 2, 3];
+    let leader = cluster.leader(&ids).await;
+    let sequence = Arc::new(AtomicU64::new(0));
+    let time = Arc::new(AtomicU64::new(0));
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|index| {
+            let (sequence, time, calls) = (sequence.clone(), time.clone(), calls.clone());
+            tokio::spawn(client(
+                cluster.clone(),
+                index,
+                ids.clone(),
+                sequence,
+                time,
+                calls,
+            ))
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.router.isolate(leader);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    cluster.router.heal();
+    for client in clients {
+        client.await.unwrap();
+    }
+    let calls = calls.lock().unwrap();
+    let count = |pick: fn(&Call) -> bool| calls.iter().filter(|call| pick(call)).count();
+    eprintln!(
+        "{} commands: {} answered, {} TRYAGAIN, {} UNCERTAIN",
+        calls.len(),
+        count(|call| call.result.is_ok()),
+        count(|call| matches!(call.result, Err(Refusal::TryAgain(_)))),
+        count(|call| matches!(call.result, Err(Refusal::Uncertain(_)))),
+    );
+    let certain = check(&calls).unwrap_or_else(|error| panic!("{error}: {calls:#?}"));
+    assert!(
+        certain >= calls.len() / 2,
+        "too few commands answered to mean much: {certain} of {}",
+        calls.len()
+    );
+}
+
+#[test]
+fn the_checker_catches_a_reply_no_order_explains() {
+    let acquire = |worker: &str, now: f64| Op::Acquire {
+        run_id: Bytes::from_static(b"run-a"),
+        worker_id: Bytes::copy_from_slice(worker.as_bytes()),
+        now: Some(BASE + now),
+        ttl: Some(2.0),
+        lock_delay: None,
+        with_data: false,
+    };
+    let first = Model::new(10.0, 0).apply(&acquire("w0", 0.0), 0.0).unwrap();
+    let call = |thread, op, sent, answered, result| Call {
+        thread,
+        op,
+        sent,
+        answered,
+        result: Ok(result),
+    };
+    // Two acquires of one run, one after the other, both granted.
+    let calls = vec![
+        call(0, acquire("w0", 0.0), 0, 1, first.clone()),
+        call(1, acquire("w1", 0.5), 2, 3, first),
+    ];
+    assert!(check(&calls).is_err());
+    // The second one refused: explained.
+    let mut calls = calls;
+    calls[1].result = Ok(Outcome::Acquired(None));
+    assert_eq!(check(&calls), Ok(2));
+}
