@@ -116,7 +116,7 @@ async fn client(
     time: Arc<AtomicU64>,
     calls: Arc<Mutex<Vec<Call>>>,
 ) {
-    let mut dice = Dice(0x9E37_79B9_7F4A_7C15 ^ (index + 1) * 0x2545_F491);
+    let mut dice = Dice(0x9E37_79B9_7F4A_7C15 ^ ((index + 1) * 0x2545_F491));
     let worker = format!("w{index}");
     let mut thread = index;
     let mut held: Option<(Bytes, u64)> = None;
