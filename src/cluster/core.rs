@@ -46,7 +46,8 @@ use crate::system;
 const MAX_DRAIN: usize = 512;
 /// Leases reclaimed per tick: a count, the same on every replica.
 const RECLAIM_STEP: usize = 256;
-/// How often the leader looks for leases to reclaim.
+/// How often the leader lets time pass on every replica when no command
+/// does (and looks for leases to reclaim).
 const TICK_EVERY: Duration = Duration::from_millis(100);
 
 /// Why a forward to the leader failed.
@@ -293,17 +294,26 @@ impl ClusterCore {
         })
     }
 
-    /// On the leader, when leases wait to be reclaimed: an entry that lets
-    /// time pass and reclaims a bounded count of them on every replica.
+    /// On the leader, when registry time lags its clock by a tick or more
+    /// (no command moved it) or leases wait to be reclaimed: an entry that
+    /// lets time pass on every replica, so expiries are seen (and
+    /// announced) everywhere without a command, and reclaims a bounded
+    /// count of leases. A busy leader's commands move time themselves.
     async fn tick(&self) {
         if self.node.raft.as_leader().is_err() {
             return;
         }
-        if !self.node.state.lock().registry.reclaim_due() {
+        let time = self.node.stamp();
+        let due = {
+            let replica = self.node.state.lock();
+            let lag = time - replica.registry.time();
+            lag >= TICK_EVERY.as_secs_f64() || replica.registry.reclaim_due()
+        };
+        if !due {
             return;
         }
         let command = Command::Tick(Tick {
-            time: self.node.stamp(),
+            time,
             reclaim: RECLAIM_STEP,
         });
         // Not waited for: the next tick looks again.

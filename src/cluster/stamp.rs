@@ -32,6 +32,39 @@ impl Stamper {
     }
 }
 
+/// A leader's clock: the wall clock read once, when it was last
+/// anchored (at start and whenever the node becomes leader), then moved by
+/// the monotonic clock. A wall clock stepped back or forward while it
+/// leads (NTP, an operator) does not move its stamps; it is read again at
+/// the next election.
+pub struct Anchor {
+    wall: Clock,
+    at: Mutex<(f64, tokio::time::Instant)>,
+}
+
+impl Anchor {
+    pub fn new(wall: Clock) -> Arc<Anchor> {
+        let at = Mutex::new((wall(), tokio::time::Instant::now()));
+        Arc::new(Anchor { wall, at })
+    }
+
+    /// Reads the wall clock again.
+    pub fn reset(&self) {
+        *self.at.lock().expect("anchor lock") = ((self.wall)(), tokio::time::Instant::now());
+    }
+
+    pub fn now(&self) -> f64 {
+        let (wall, at) = *self.at.lock().expect("anchor lock");
+        wall + at.elapsed().as_secs_f64()
+    }
+
+    /// The anchored time as a [`Clock`] for the stamper.
+    pub fn clock(self: &Arc<Anchor>) -> Clock {
+        let anchor = self.clone();
+        Arc::new(move || anchor.now())
+    }
+}
+
 /// The machine's clock.
 pub fn system_clock() -> Clock {
     Arc::new(|| {
@@ -45,6 +78,21 @@ pub fn system_clock() -> Clock {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU64, Ordering};
+
+    #[tokio::test(start_paused = true)]
+    async fn an_anchored_clock_moves_with_the_monotonic_clock_until_reset() {
+        let wall = Arc::new(AtomicU64::new(100f64.to_bits()));
+        let read = wall.clone();
+        let anchor = Anchor::new(Arc::new(move || {
+            f64::from_bits(read.load(Ordering::SeqCst))
+        }));
+        tokio::time::advance(std::time::Duration::from_millis(1500)).await;
+        // The wall clock is stepped back: the anchored clock does not follow.
+        wall.store(50f64.to_bits(), Ordering::SeqCst);
+        assert_eq!(anchor.now(), 101.5);
+        anchor.reset();
+        assert_eq!(anchor.now(), 50.0);
+    }
 
     #[test]
     fn a_stamp_never_goes_back() {

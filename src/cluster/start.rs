@@ -16,7 +16,7 @@ use tracing::{info, warn};
 
 use super::core::{ClusterCore, Forwarder, Forwarding};
 use super::node::Node;
-use super::stamp::Clock;
+use super::stamp::{Anchor, Clock};
 use super::state_machine::MakeRegistry;
 use super::status::{Address, ClusterStatus};
 use super::types::{NodeId, TypeConfig};
@@ -91,14 +91,23 @@ where
     N::Network: NetSnapshot<TypeConfig, SnapshotData = bytes::Bytes>,
 {
     let clock_shared = shared.clone();
-    let clock: Clock = Arc::new(move || clock_shared.clock.now());
-    let node = Node::start(settings.id, settings.raft_config(), network, make, clock).await?;
-    let node = Arc::new(node);
+    let wall: Clock = Arc::new(move || clock_shared.clock.now());
+    let anchor = Anchor::new(wall);
+    let node = Node::start(
+        settings.id,
+        settings.raft_config(),
+        network,
+        make,
+        anchor.clock(),
+    );
+    let node = Arc::new(node.await?);
     initialize(&node, &settings).await?;
+    let addresses = settings.addresses.clone();
     let status = tokio::spawn(publish_status(
         node.clone(),
-        settings.addresses.clone(),
+        addresses,
         shared.clone(),
+        anchor,
     ));
     let (queue, batches) = mpsc::channel(QUEUE_DEPTH);
     let (forwards, forwarded) = mpsc::channel(QUEUE_DEPTH);
@@ -138,8 +147,14 @@ async fn initialize(node: &Node, settings: &Settings) -> Result<(), Fatal<TypeCo
 }
 
 /// Republishes the node's view of its cluster whenever Raft's metrics
-/// change, and logs its changes of role.
-async fn publish_status(node: Arc<Node>, addresses: Vec<Address>, shared: Arc<Shared>) {
+/// change, logs its changes of leader, and anchors the stamps' clock
+/// again when this node becomes leader.
+async fn publish_status(
+    node: Arc<Node>,
+    addresses: Vec<Address>,
+    shared: Arc<Shared>,
+    anchor: Arc<Anchor>,
+) {
     let mut metrics = node.raft.metrics();
     let mut elections = 0;
     let mut last_state = ServerState::Learner;
@@ -157,6 +172,9 @@ async fn publish_status(node: Arc<Node>, addresses: Vec<Address>, shared: Arc<Sh
                 ),
                 None => info!("Cluster node {}: no leader known", current.id),
             }
+        }
+        if current.state == ServerState::Leader && last_state != ServerState::Leader {
+            anchor.reset();
         }
         last_state = current.state;
         last_leader = current.current_leader;
