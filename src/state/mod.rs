@@ -15,9 +15,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use arc_swap::{ArcSwap, Guard};
+use arc_swap::{ArcSwap, ArcSwapOption, Guard};
 use tokio_util::sync::CancellationToken;
 
+use crate::cluster::status::ClusterStatus;
 use crate::config::Config;
 use crate::monitor::Monitors;
 use crate::pubsub::PubSub;
@@ -51,6 +52,10 @@ pub struct Shared {
     pub shutdown: CancellationToken,
     /// The server's clock for lease commands without `now`.
     pub clock: Clock,
+    /// What this node knows of its cluster, republished by the node as it
+    /// changes; `None` for a single node. Swapped whole, so `ROLE` and
+    /// `INFO` never see half of one status and half of the next.
+    cluster: ArcSwapOption<ClusterStatus>,
 }
 
 impl Shared {
@@ -73,6 +78,7 @@ impl Shared {
             slowlog: SlowLog::default(),
             shutdown: CancellationToken::new(),
             clock,
+            cluster: ArcSwapOption::empty(),
         }
     }
 
@@ -86,5 +92,16 @@ impl Shared {
     /// Makes `config` the running configuration (`CONFIG SET`).
     pub fn set_config(&self, config: Config) {
         self.config.store(Arc::new(config));
+    }
+
+    /// The cluster status last published; `None` for a single node (or a
+    /// node that has not published one yet).
+    pub fn cluster(&self) -> Option<Arc<ClusterStatus>> {
+        self.cluster.load_full()
+    }
+
+    /// Publishes this node's cluster status (`None`: a single node).
+    pub fn set_cluster(&self, status: Option<ClusterStatus>) {
+        self.cluster.store(status.map(Arc::new));
     }
 }
