@@ -20,6 +20,7 @@ pub mod stamp;
 pub mod state_machine;
 pub mod status;
 pub mod types;
+pub mod views;
 
 #[cfg(test)]
 mod network;
