@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 
+use crate::cluster::views;
 use crate::command::ClientKind;
 use crate::core::{CommandStats, CoreReport};
 use crate::registry::{Refused, TenureEnd};
@@ -363,20 +364,39 @@ fn stats(out: &mut String, context: &Context) {
     line(out, "active_defrag_key_misses", 0);
 }
 
-/// A master without replicas, as Redis shows one.
-fn replication(out: &mut String, _: &Context) {
-    line(out, "role", "master");
-    line(out, "connected_slaves", 0);
+/// A single node is a master without replicas, as Redis shows one. In a
+/// cluster the leader is the master and the other nodes its replicas
+/// (`cluster::views`), their offset the log index applied, and leased's
+/// own lines follow Redis's.
+fn replication(out: &mut String, context: &Context) {
+    let status = context.shared.cluster();
+    match status.as_deref() {
+        None => {
+            line(out, "role", "master");
+            line(out, "connected_slaves", 0);
+        }
+        Some(status) => {
+            for (name, value) in views::replication_role(status) {
+                line(out, &name, value);
+            }
+        }
+    }
     line(out, "master_failover_state", "no-failover");
     line(out, "master_replid", &ids().1);
     line(out, "master_replid2", "0".repeat(40));
-    line(out, "master_repl_offset", 0);
+    let offset = status.as_deref().map_or(0, views::replication_offset);
+    line(out, "master_repl_offset", offset);
     line(out, "second_repl_offset", -1);
     line(out, "repl_backlog_active", 0);
     // No backlog exists, so none is allocated or configured.
     line(out, "repl_backlog_size", 0);
     line(out, "repl_backlog_first_byte_offset", 0);
     line(out, "repl_backlog_histlen", 0);
+    if let Some(status) = status.as_deref() {
+        for (name, value) in views::replication_cluster(status) {
+            line(out, &name, value);
+        }
+    }
 }
 
 fn cpu(out: &mut String, _: &Context) {
@@ -388,8 +408,9 @@ fn cpu(out: &mut String, _: &Context) {
     line(out, "used_cpu_user_children", seconds(times.children_user));
 }
 
-fn cluster(out: &mut String, _: &Context) {
-    line(out, "cluster_enabled", 0);
+fn cluster(out: &mut String, context: &Context) {
+    let enabled = context.shared.cluster().is_some();
+    line(out, "cluster_enabled", i32::from(enabled));
 }
 
 /// One database, `db0`, whose keys are the leases; every lease expires,
