@@ -43,7 +43,7 @@ fn a_single_node_is_a_master_without_replicas() {
 fn a_single_node_refuses_every_cluster_command() {
     let server = Server::start();
     let mut con = server.connect();
-    for sub in ["INFO", "nodes", "MyId", "HELP"] {
+    for sub in ["INFO", "nodes", "slots", "MyId", "HELP"] {
         assert_eq!(error(&mut con, &["CLUSTER", sub]), DISABLED, "{sub}");
     }
     assert_eq!(

@@ -118,6 +118,9 @@ pub const CLUSTER_HELP: &[&str] = &[
     "NODES",
     "    Return the cluster's nodes in Redis's format: the leader is the master",
     "    of every slot, the others are its replicas.",
+    "SLOTS",
+    "    Return the slot ranges and the nodes that serve them: every slot, the",
+    "    leader, then its replicas.",
     "HELP",
     "    Print this help.",
 ];

@@ -73,6 +73,7 @@ pub enum SlowlogCommand {
 pub enum ClusterView {
     Info,
     Nodes,
+    Slots,
     MyId,
     Help,
 }
@@ -171,7 +172,7 @@ pub enum Command {
     Help(&'static [&'static str]),
     /// `ROLE`: the node's replication role.
     Role,
-    /// `CLUSTER INFO|NODES|MYID|HELP`: refused on a single node.
+    /// `CLUSTER INFO|NODES|SLOTS|MYID|HELP`: refused on a single node.
     Cluster(ClusterView),
     Time,
     Shutdown,

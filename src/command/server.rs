@@ -392,6 +392,10 @@ pub fn parse_cluster_nodes(_: &mut Args) -> Result<Command, Reply> {
     Ok(Command::Cluster(ClusterView::Nodes))
 }
 
+pub fn parse_cluster_slots(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Cluster(ClusterView::Slots))
+}
+
 pub fn parse_cluster_myid(_: &mut Args) -> Result<Command, Reply> {
     Ok(Command::Cluster(ClusterView::MyId))
 }

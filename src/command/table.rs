@@ -1468,6 +1468,15 @@ static CLUSTER_SUBCOMMANDS: &[CommandSpec] = &[
             parse_cluster_nodes,
         )
     },
+    CommandSpec {
+        flags: Flags::LOADING.union(Flags::STALE),
+        complexity: "O(N) where N is the number of nodes",
+        ..cluster_view(
+            "slots",
+            "Return the slot ranges and their nodes: every slot, served by the leader",
+            parse_cluster_slots,
+        )
+    },
     cluster_view("myid", "Return this node's id", parse_cluster_myid),
     help_subcommand("cluster", &["@slow"], parse_cluster_help),
 ];

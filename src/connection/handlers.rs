@@ -676,7 +676,7 @@ fn help_reply(lines: &[&'static str]) -> Reply {
     Reply::Array(lines.iter().map(|line| Reply::Status(line)).collect())
 }
 
-/// `CLUSTER INFO|NODES|MYID|HELP`, from the status the node published; a
+/// `CLUSTER INFO|NODES|SLOTS|MYID|HELP`, from the status the node published; a
 /// single node refuses every one, as Redis does without cluster support.
 fn cluster_view(status: Option<&ClusterStatus>, view: ClusterView) -> Reply {
     let Some(status) = status else {
@@ -685,6 +685,7 @@ fn cluster_view(status: Option<&ClusterStatus>, view: ClusterView) -> Reply {
     match view {
         ClusterView::Info => Reply::Verbatim(views::cluster_info(status).into()),
         ClusterView::Nodes => Reply::Verbatim(views::cluster_nodes(status).into()),
+        ClusterView::Slots => views::cluster_slots(status),
         ClusterView::MyId => Reply::bulk(views::node_name(status.id)),
         ClusterView::Help => help_reply(help::CLUSTER_HELP),
     }

@@ -1,5 +1,5 @@
 //! A node's [`ClusterStatus`] in Redis's words: `ROLE`, `CLUSTER
-//! INFO|NODES|MYID` and the cluster's lines of `INFO replication`, so that
+//! INFO|NODES|SLOTS|MYID` and the cluster's lines of `INFO replication`, so that
 //! tools that read Redis's replication and cluster views read ours.
 //!
 //! The mapping, where Redis has no exact word:
@@ -207,6 +207,34 @@ fn node_line(status: &ClusterStatus, member: &Member) -> String {
         flags.join(","),
         status.term
     )
+}
+
+/// `CLUSTER SLOTS`, Redis 7's form: one range, every slot, served by the
+/// leader, then the other members as its replicas; each node is `[ip,
+/// port, name, []]` (the last, Redis's extra networking metadata, is
+/// empty). Without a leader no slot is served: an empty array. This is
+/// what cluster clients read to find where to send commands.
+pub fn cluster_slots(status: &ClusterStatus) -> Reply {
+    let Some(leader) = status.leader_member() else {
+        return Reply::Array(Vec::new());
+    };
+    let mut range = vec![Reply::Int(0), Reply::Int(i64::from(SLOTS - 1))];
+    range.push(slot_node(leader));
+    let others = status
+        .members
+        .iter()
+        .filter(|member| member.id != leader.id);
+    range.extend(others.map(slot_node));
+    Reply::Array(vec![Reply::Array(range)])
+}
+
+fn slot_node(member: &Member) -> Reply {
+    Reply::Array(vec![
+        Reply::bulk(member.addr.ip().to_string()),
+        Reply::Int(i64::from(member.addr.port())),
+        Reply::bulk(node_name(member.id)),
+        Reply::Array(Vec::new()),
+    ])
 }
 
 /// The head of `INFO replication` in cluster mode, in Redis's order: the

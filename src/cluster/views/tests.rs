@@ -262,3 +262,30 @@ fn info_replication_of_a_follower_and_of_a_candidate() {
         "cluster_leader_id:0"
     );
 }
+
+fn slot_node(host: &str, port: i64, name: &str) -> Reply {
+    Reply::Array(vec![
+        bulk(host),
+        Reply::Int(port),
+        bulk(name),
+        Reply::Array(vec![]),
+    ])
+}
+
+#[test]
+fn cluster_slots_are_all_the_leaders() {
+    let expected = Reply::Array(vec![Reply::Array(vec![
+        Reply::Int(0),
+        Reply::Int(16383),
+        slot_node("127.0.0.1", 7002, TWO),
+        slot_node("127.0.0.1", 7001, ONE),
+        slot_node("127.0.0.1", 7003, THREE),
+    ])]);
+    // The same from any node that knows the leader.
+    assert_eq!(cluster_slots(&status(1, Role::Follower, Some(2))), expected);
+    assert_eq!(cluster_slots(&status(3, Role::Learner, Some(2))), expected);
+    assert_eq!(
+        cluster_slots(&status(1, Role::Candidate, None)),
+        Reply::Array(vec![])
+    );
+}
