@@ -539,6 +539,112 @@ fn human_bytes(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::status::{ClusterStatus, Member, Role};
+    use crate::config::Config;
+    use crate::core::CommandStats;
+    use crate::registry::Health;
+    use crate::state::Clock;
+
+    fn report() -> CoreReport {
+        CoreReport {
+            leases: 0,
+            expired: 0,
+            last_token: 0,
+            token_ceiling: 0,
+            registry_time: f64::NEG_INFINITY,
+            lease_ttl: 10.0,
+            blocked_clients: 0,
+            run_data: 0,
+            run_data_bytes: 0,
+            history_entries: 0,
+            history_bytes: 0,
+            commands: CommandStats::default(),
+            health: Health::default(),
+            log: None,
+        }
+    }
+
+    /// The `field:value` lines of `sections`, without headers.
+    fn rendered(shared: &Shared, sections: &[&str]) -> Vec<String> {
+        let sections: Vec<Bytes> = sections
+            .iter()
+            .map(|name| Bytes::copy_from_slice(name.as_bytes()))
+            .collect();
+        render(&sections, shared, &report())
+            .lines()
+            .filter(|line| !line.starts_with('#') && !line.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Node 2 of two, following node 1.
+    fn follower() -> ClusterStatus {
+        let member = |id: u64| Member {
+            id,
+            addr: format!("127.0.0.1:700{id}").parse().unwrap(),
+            bus_addr: format!("127.0.0.1:1700{id}").parse().unwrap(),
+            voter: true,
+            matched: None,
+        };
+        ClusterStatus {
+            id: 2,
+            role: Role::Follower,
+            term: 3,
+            leader: Some(1),
+            commit_index: Some(9),
+            applied_index: Some(8),
+            last_log_index: Some(9),
+            members: vec![member(1), member(2)],
+            elections: 0,
+        }
+    }
+
+    #[test]
+    fn replication_and_cluster_follow_the_cluster_status() {
+        let shared = Shared::new(Config::default(), Vec::new(), Vec::new(), Clock::System);
+        let single = rendered(&shared, &["replication", "cluster"]);
+        assert_eq!(single[..2], ["role:master", "connected_slaves:0"]);
+        assert!(single.contains(&"master_repl_offset:0".to_owned()));
+        assert_eq!(single.last().unwrap(), "cluster_enabled:0");
+        assert!(!single.iter().any(|line| line.starts_with("cluster_term")));
+
+        shared.set_cluster(Some(follower()));
+        let lines = rendered(&shared, &["replication", "cluster"]);
+        assert_eq!(
+            lines[..8],
+            [
+                "role:slave",
+                "master_host:127.0.0.1",
+                "master_port:7001",
+                "master_link_status:up",
+                "master_sync_in_progress:0",
+                "slave_repl_offset:8",
+                "connected_slaves:0",
+                "master_failover_state:no-failover",
+            ]
+        );
+        assert!(lines.contains(&"master_repl_offset:8".to_owned()));
+        let tail: Vec<&str> = lines
+            .iter()
+            .rev()
+            .take(5)
+            .rev()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            tail,
+            [
+                "cluster_term:3",
+                "cluster_leader_id:1",
+                "cluster_commit_index:9",
+                "cluster_applied_index:8",
+                "cluster_enabled:1",
+            ]
+        );
+
+        shared.set_cluster(None);
+        assert_eq!(rendered(&shared, &["replication", "cluster"]), single);
+    }
 
     #[test]
     fn human_bytes_as_redis_writes_them() {
