@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 
+use crate::cluster::views;
 use crate::command::ClientKind;
 use crate::core::{CommandStats, CoreReport};
 use crate::registry::{Refused, TenureEnd};
@@ -363,20 +364,39 @@ fn stats(out: &mut String, context: &Context) {
     line(out, "active_defrag_key_misses", 0);
 }
 
-/// A master without replicas, as Redis shows one.
-fn replication(out: &mut String, _: &Context) {
-    line(out, "role", "master");
-    line(out, "connected_slaves", 0);
+/// A single node is a master without replicas, as Redis shows one. In a
+/// cluster the leader is the master and the other nodes its replicas
+/// (`cluster::views`), their offset the log index applied, and leased's
+/// own lines follow Redis's.
+fn replication(out: &mut String, context: &Context) {
+    let status = context.shared.cluster();
+    match status.as_deref() {
+        None => {
+            line(out, "role", "master");
+            line(out, "connected_slaves", 0);
+        }
+        Some(status) => {
+            for (name, value) in views::replication_role(status) {
+                line(out, &name, value);
+            }
+        }
+    }
     line(out, "master_failover_state", "no-failover");
     line(out, "master_replid", &ids().1);
     line(out, "master_replid2", "0".repeat(40));
-    line(out, "master_repl_offset", 0);
+    let offset = status.as_deref().map_or(0, views::replication_offset);
+    line(out, "master_repl_offset", offset);
     line(out, "second_repl_offset", -1);
     line(out, "repl_backlog_active", 0);
     // No backlog exists, so none is allocated or configured.
     line(out, "repl_backlog_size", 0);
     line(out, "repl_backlog_first_byte_offset", 0);
     line(out, "repl_backlog_histlen", 0);
+    if let Some(status) = status.as_deref() {
+        for (name, value) in views::replication_cluster(status) {
+            line(out, &name, value);
+        }
+    }
 }
 
 fn cpu(out: &mut String, _: &Context) {
@@ -388,8 +408,9 @@ fn cpu(out: &mut String, _: &Context) {
     line(out, "used_cpu_user_children", seconds(times.children_user));
 }
 
-fn cluster(out: &mut String, _: &Context) {
-    line(out, "cluster_enabled", 0);
+fn cluster(out: &mut String, context: &Context) {
+    let enabled = context.shared.cluster().is_some();
+    line(out, "cluster_enabled", i32::from(enabled));
 }
 
 /// One database, `db0`, whose keys are the leases; every lease expires,
@@ -518,6 +539,112 @@ fn human_bytes(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::status::{ClusterStatus, Member, Role};
+    use crate::config::Config;
+    use crate::core::CommandStats;
+    use crate::registry::Health;
+    use crate::state::Clock;
+
+    fn report() -> CoreReport {
+        CoreReport {
+            leases: 0,
+            expired: 0,
+            last_token: 0,
+            token_ceiling: 0,
+            registry_time: f64::NEG_INFINITY,
+            lease_ttl: 10.0,
+            blocked_clients: 0,
+            run_data: 0,
+            run_data_bytes: 0,
+            history_entries: 0,
+            history_bytes: 0,
+            commands: CommandStats::default(),
+            health: Health::default(),
+            log: None,
+        }
+    }
+
+    /// The `field:value` lines of `sections`, without headers.
+    fn rendered(shared: &Shared, sections: &[&str]) -> Vec<String> {
+        let sections: Vec<Bytes> = sections
+            .iter()
+            .map(|name| Bytes::copy_from_slice(name.as_bytes()))
+            .collect();
+        render(&sections, shared, &report())
+            .lines()
+            .filter(|line| !line.starts_with('#') && !line.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Node 2 of two, following node 1.
+    fn follower() -> ClusterStatus {
+        let member = |id: u64| Member {
+            id,
+            addr: format!("127.0.0.1:700{id}").parse().unwrap(),
+            bus_addr: format!("127.0.0.1:1700{id}").parse().unwrap(),
+            voter: true,
+            matched: None,
+        };
+        ClusterStatus {
+            id: 2,
+            role: Role::Follower,
+            term: 3,
+            leader: Some(1),
+            commit_index: Some(9),
+            applied_index: Some(8),
+            last_log_index: Some(9),
+            members: vec![member(1), member(2)],
+            elections: 0,
+        }
+    }
+
+    #[test]
+    fn replication_and_cluster_follow_the_cluster_status() {
+        let shared = Shared::new(Config::default(), Vec::new(), Vec::new(), Clock::System);
+        let single = rendered(&shared, &["replication", "cluster"]);
+        assert_eq!(single[..2], ["role:master", "connected_slaves:0"]);
+        assert!(single.contains(&"master_repl_offset:0".to_owned()));
+        assert_eq!(single.last().unwrap(), "cluster_enabled:0");
+        assert!(!single.iter().any(|line| line.starts_with("cluster_term")));
+
+        shared.set_cluster(Some(follower()));
+        let lines = rendered(&shared, &["replication", "cluster"]);
+        assert_eq!(
+            lines[..8],
+            [
+                "role:slave",
+                "master_host:127.0.0.1",
+                "master_port:7001",
+                "master_link_status:up",
+                "master_sync_in_progress:0",
+                "slave_repl_offset:8",
+                "connected_slaves:0",
+                "master_failover_state:no-failover",
+            ]
+        );
+        assert!(lines.contains(&"master_repl_offset:8".to_owned()));
+        let tail: Vec<&str> = lines
+            .iter()
+            .rev()
+            .take(5)
+            .rev()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            tail,
+            [
+                "cluster_term:3",
+                "cluster_leader_id:1",
+                "cluster_commit_index:9",
+                "cluster_applied_index:8",
+                "cluster_enabled:1",
+            ]
+        );
+
+        shared.set_cluster(None);
+        assert_eq!(rendered(&shared, &["replication", "cluster"]), single);
+    }
 
     #[test]
     fn human_bytes_as_redis_writes_them() {

@@ -18,7 +18,7 @@ const SHORT_LEASE_TTL: f64 = 1.0;
 /// The warnings for `config`, in the order of conf/leased.conf's sections;
 /// none for the defaults.
 pub fn risky_settings(config: &Config) -> Vec<String> {
-    let checks: [fn(&Config) -> Option<String>; 8] = [
+    let checks: [fn(&Config) -> Option<String>; 9] = [
         open_to_anyone,
         password_in_clear,
         short_lease_ttl,
@@ -27,6 +27,7 @@ pub fn risky_settings(config: &Config) -> Vec<String> {
         fsync_left_to_the_os,
         never_rewritten,
         loads_good_prefix,
+        cluster_host_not_bound,
     ];
     checks.iter().filter_map(|check| check(config)).collect()
 }
@@ -124,6 +125,21 @@ fn loads_good_prefix(config: &Config) -> Option<String> {
     })
 }
 
+/// This node's host in `cluster-nodes` is not one it listens on: the
+/// other nodes and clients will look for it there. A warning, not an
+/// error: behind NAT or a forwarded port the address may be right.
+fn cluster_host_not_bound(config: &Config) -> Option<String> {
+    let cluster = config.cluster().ok().flatten()?;
+    let host = cluster.me().addr.ip();
+    let listens = |bound: &IpAddr| *bound == host || bound.is_unspecified();
+    (!config.bind.iter().any(listens)).then(|| {
+        format!(
+            "cluster-nodes gives this node (node {}) the address {host}, which is not one              of its bind addresses: the other nodes and clients will look for it where it              does not listen. Add {host} to bind, or correct this node's entry in              cluster-nodes.",
+            cluster.node_id
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,6 +184,24 @@ mod tests {
             let warnings = warnings_for(args);
             let expected = usize::from(args.contains(&"--appendonly"));
             assert_eq!(warnings.len(), expected, "{args:?}: {warnings:#?}");
+        }
+    }
+
+    #[test]
+    fn a_cluster_node_on_an_address_it_does_not_bind() {
+        let cluster = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-node-id",
+            "1",
+            "--cluster-nodes",
+            "1@127.0.0.2:6479 2@127.0.0.1:6480",
+        ];
+        only_warning(&cluster, "node 1) the address 127.0.0.2");
+        for bind in ["127.0.0.2", "0.0.0.0"] {
+            let mut args = cluster.to_vec();
+            args.extend(["--bind", "127.0.0.1", bind]);
+            assert_eq!(warnings_for(&args), Vec::<String>::new(), "{bind}");
         }
     }
 

@@ -22,6 +22,7 @@ pub mod start;
 pub mod state_machine;
 pub mod status;
 pub mod types;
+pub mod views;
 
 #[cfg(test)]
 mod core_tests;

@@ -107,3 +107,20 @@ pub const OBJECT_HELP: &[&str] = &[
     "HELP",
     "    Print this help.",
 ];
+
+pub const CLUSTER_HELP: &[&str] = &[
+    "CLUSTER <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "INFO",
+    "    Return information about the cluster: its state, and this node's role,",
+    "    term, leader and log indexes.",
+    "MYID",
+    "    Return this node's id: its numeric id in 40 hex digits.",
+    "NODES",
+    "    Return the cluster's nodes in Redis's format: the leader is the master",
+    "    of every slot, the others are its replicas.",
+    "SLOTS",
+    "    Return the slot ranges and the nodes that serve them: every slot, the",
+    "    leader, then its replicas.",
+    "HELP",
+    "    Print this help.",
+];

@@ -15,7 +15,7 @@
 
 mod args;
 pub mod docs;
-mod help;
+pub mod help;
 pub mod keyspace;
 mod lease;
 mod pubsub;
@@ -66,6 +66,16 @@ pub enum SlowlogCommand {
     Get(Option<usize>),
     Len,
     Reset,
+}
+
+/// `CLUSTER` subcommands: views of the node's cluster status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClusterView {
+    Info,
+    Nodes,
+    Slots,
+    MyId,
+    Help,
 }
 
 /// A client's type, as `CLIENT LIST TYPE` and `CLIENT KILL TYPE` name it.
@@ -160,6 +170,10 @@ pub enum Command {
     ConfigGet(Vec<Bytes>),
     /// The lines of a container's `HELP` subcommand.
     Help(&'static [&'static str]),
+    /// `ROLE`: the node's replication role.
+    Role,
+    /// `CLUSTER INFO|NODES|SLOTS|MYID|HELP`: refused on a single node.
+    Cluster(ClusterView),
     Time,
     Shutdown,
     /// `MULTI`: start queuing a transaction.

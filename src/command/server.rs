@@ -4,7 +4,8 @@
 
 use super::args::{Args, not_an_integer, syntax_error};
 use super::{
-    ClientAttr, ClientFilter, ClientKind, Command, KillFilter, SlowlogCommand, help, truncated,
+    ClientAttr, ClientFilter, ClientKind, ClusterView, Command, KillFilter, SlowlogCommand, help,
+    truncated,
 };
 use crate::number::parse_i64;
 use crate::reply::{Protocol, Reply};
@@ -377,4 +378,30 @@ pub fn parse_config_resetstat(_: &mut Args) -> Result<Command, Reply> {
 
 pub fn parse_config_rewrite(_: &mut Args) -> Result<Command, Reply> {
     Ok(Command::ConfigRewrite)
+}
+
+pub fn parse_role(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Role)
+}
+
+pub fn parse_cluster_info(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Cluster(ClusterView::Info))
+}
+
+pub fn parse_cluster_nodes(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Cluster(ClusterView::Nodes))
+}
+
+pub fn parse_cluster_slots(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Cluster(ClusterView::Slots))
+}
+
+pub fn parse_cluster_myid(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Cluster(ClusterView::MyId))
+}
+
+/// Not `Command::Help` directly: a single node refuses `CLUSTER HELP` too,
+/// as Redis does.
+pub fn parse_cluster_help(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Cluster(ClusterView::Help))
 }

@@ -1015,6 +1015,32 @@ pub static COMMANDS: &[CommandSpec] = &[
         )
     },
     CommandSpec {
+        flags: Flags::NOSCRIPT
+            .union(Flags::LOADING)
+            .union(Flags::STALE)
+            .union(Flags::FAST),
+        acl_categories: &["@admin", "@fast", "@dangerous"],
+        ..command(
+            "role",
+            1,
+            "server",
+            "Return the node's replication role: the cluster's leader is a master, the other nodes its replicas",
+            parse_role,
+        )
+    },
+    CommandSpec {
+        acl_categories: &["@slow"],
+        complexity: "Depends on subcommand.",
+        subcommands: CLUSTER_SUBCOMMANDS,
+        ..command(
+            "cluster",
+            -2,
+            "cluster",
+            "A container for cluster commands",
+            unreachable_container,
+        )
+    },
+    CommandSpec {
         acl_categories: &["@slow"],
         complexity: "Depends on subcommand.",
         subcommands: MEMORY_SUBCOMMANDS,
@@ -1417,4 +1443,40 @@ static CONFIG_SUBCOMMANDS: &[CommandSpec] = &[
         )
     },
     help_subcommand("server", &["@slow"], parse_config_help),
+];
+
+/// A view of the cluster status, as Redis flags its `CLUSTER` reads.
+const fn cluster_view(name: &'static str, summary: &'static str, parse: ParseFn) -> CommandSpec {
+    CommandSpec {
+        flags: Flags::STALE,
+        acl_categories: &["@slow"],
+        ..command(name, 2, "cluster", summary, parse)
+    }
+}
+
+static CLUSTER_SUBCOMMANDS: &[CommandSpec] = &[
+    cluster_view(
+        "info",
+        "Return the cluster's state and this node's role, term, leader and log indexes",
+        parse_cluster_info,
+    ),
+    CommandSpec {
+        complexity: "O(N) where N is the number of nodes",
+        ..cluster_view(
+            "nodes",
+            "Return the cluster's nodes: the leader masters every slot, the others replicate it",
+            parse_cluster_nodes,
+        )
+    },
+    CommandSpec {
+        flags: Flags::LOADING.union(Flags::STALE),
+        complexity: "O(N) where N is the number of nodes",
+        ..cluster_view(
+            "slots",
+            "Return the slot ranges and their nodes: every slot, served by the leader",
+            parse_cluster_slots,
+        )
+    },
+    cluster_view("myid", "Return this node's id", parse_cluster_myid),
+    help_subcommand("cluster", &["@slow"], parse_cluster_help),
 ];

@@ -14,9 +14,10 @@ use std::path::PathBuf;
 use clap::Arg;
 use clap::builder::ValueRange;
 
+use super::cluster::{parse_nodes, show_nodes};
 use super::{
-    Config, DirectiveError, FsyncPolicy, LogFormat, LogLevel, OutputLimit, OutputLimits,
-    TlsAuthClients,
+    ClusterRedirect, Config, DirectiveError, FsyncPolicy, LogFormat, LogLevel, OutputLimit,
+    OutputLimits, TlsAuthClients,
 };
 use crate::number::{parse_finite_f64, parse_i64};
 
@@ -526,6 +527,116 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         set: set_tls_auth_clients,
         show: |c| c.tls_auth_clients.as_str().to_owned(),
     },
+    // Cluster mode is set up at start-up only: a node cannot change the
+    // membership or its own place in it under a running Raft.
+    Directive {
+        name: "cluster-enabled",
+        default: &["no"],
+        value_name: "yes|no",
+        help: "Run as one node of a cluster (cluster-node-id, cluster-nodes) instead of on its own",
+        syntax: Syntax::One,
+        flags: IMMUTABLE,
+        set: |c, args| set_yes_no(&mut c.cluster_enabled, &args[0]),
+        show: |c| yes_no(c.cluster_enabled),
+    },
+    Directive {
+        name: "cluster-node-id",
+        default: &["0"],
+        value_name: "ID",
+        help: "This node's id in cluster-nodes, a positive integer; required with cluster-enabled yes (0: none)",
+        syntax: Syntax::One,
+        flags: IMMUTABLE,
+        set: |c, args| {
+            c.cluster_node_id = expect(
+                integer_in(&args[0], 0..=i64::MAX),
+                "a positive integer, this node's id in cluster-nodes (0: none)",
+            )?;
+            Ok(())
+        },
+        show: |c| c.cluster_node_id.to_string(),
+    },
+    Directive {
+        name: "cluster-nodes",
+        default: &[""],
+        value_name: "ID@HOST:PORT[@BUSPORT]",
+        help: "Every node of the cluster, this one included: id@host:port (its client address; the bus is on port + 10000 unless @busport says otherwise), the same on every node",
+        syntax: Syntax::Words,
+        flags: IMMUTABLE,
+        set: |c, args| {
+            c.cluster_nodes = parse_nodes(args).map_err(Refusal::Expected)?;
+            Ok(())
+        },
+        show: |c| show_nodes(&c.cluster_nodes),
+    },
+    Directive {
+        name: "cluster-port",
+        default: &["0"],
+        value_name: "PORT",
+        help: "This node's bus port, as cluster-nodes gives it (0: the one cluster-nodes gives, by default port + 10000)",
+        syntax: Syntax::One,
+        flags: IMMUTABLE,
+        set: |c, args| {
+            c.cluster_port = expect(integer_in(&args[0], 0..=65535), PORT)?;
+            Ok(())
+        },
+        show: |c| c.cluster_port.to_string(),
+    },
+    Directive {
+        name: "cluster-secret",
+        default: &[""],
+        value_name: "SECRET",
+        help: "The secret the nodes' bus requires of every peer, the same on every node; required when a node is not on a loopback address",
+        syntax: Syntax::One,
+        flags: IMMUTABLE | SENSITIVE,
+        set: |c, args| {
+            c.cluster_secret = args[0].clone();
+            Ok(())
+        },
+        show: |c| c.cluster_secret.clone(),
+    },
+    Directive {
+        name: "cluster-max-clock-skew",
+        default: &["500"],
+        value_name: "MILLISECONDS",
+        help: "A node whose clock differs from the majority's by more than this refuses to lead",
+        syntax: Syntax::One,
+        flags: IMMUTABLE,
+        set: |c, args| set_millis(&mut c.cluster_max_clock_skew, &args[0]),
+        show: |c| c.cluster_max_clock_skew.to_string(),
+    },
+    Directive {
+        name: "cluster-heartbeat-interval",
+        default: &["100"],
+        value_name: "MILLISECONDS",
+        help: "How often the leader sends heartbeats to the other nodes",
+        syntax: Syntax::One,
+        flags: IMMUTABLE,
+        set: |c, args| set_millis(&mut c.cluster_heartbeat_interval, &args[0]),
+        show: |c| c.cluster_heartbeat_interval.to_string(),
+    },
+    Directive {
+        name: "cluster-election-timeout",
+        default: &["1000"],
+        value_name: "MILLISECONDS",
+        help: "A follower that hears no leader for between this and twice this stands for election (at least 3 heartbeat intervals)",
+        syntax: Syntax::One,
+        flags: IMMUTABLE,
+        set: |c, args| set_millis(&mut c.cluster_election_timeout, &args[0]),
+        show: |c| c.cluster_election_timeout.to_string(),
+    },
+    Directive {
+        name: "cluster-redirect",
+        default: &["proxy"],
+        value_name: "proxy|moved",
+        help: "A follower sends a client's write to the leader and relays the answer (proxy), or answers -MOVED with the leader's address (moved)",
+        syntax: Syntax::One,
+        flags: IMMUTABLE,
+        set: |c, args| {
+            c.cluster_redirect = expect(ClusterRedirect::from_name(&args[0]), "proxy or moved")?;
+            Ok(())
+        },
+        show: |c| c.cluster_redirect.as_str().to_owned(),
+    },
 ];
 
 /// Settings that Redis tools query (redis-benchmark asks for `save` and
@@ -627,6 +738,15 @@ fn set_seconds(field: &mut f64, arg: &str) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// A duration in whole milliseconds, at least 1 and at most a day.
+fn set_millis(field: &mut u64, arg: &str) -> Result<(), Refusal> {
+    *field = expect(
+        integer_in(arg, 1..=86_400_000),
+        "a whole number of milliseconds, from 1 to 86400000",
+    )?;
+    Ok(())
+}
+
 /// The rules between directives, which no one line can be refused for
 /// since another may follow it: checked once the file and the command
 /// line are read, and once a `CONFIG SET` has applied all its values. The
@@ -640,6 +760,10 @@ pub(super) fn check_together(config: &Config) -> Result<(), (&'static str, Direc
             max: config.lease_max_lock_delay.to_string(),
         };
         return Err(("lease-lock-delay", error));
+    }
+    // The cluster directives with each other and with `port`.
+    if let Err(error) = config.cluster() {
+        return Err((error.directive(), DirectiveError::Cluster(error)));
     }
     Ok(())
 }
@@ -993,6 +1117,15 @@ impl Default for Config {
             tls_key_file: None,
             tls_ca_cert_file: None,
             tls_auth_clients: TlsAuthClients::Yes,
+            cluster_enabled: false,
+            cluster_node_id: 0,
+            cluster_nodes: Vec::new(),
+            cluster_port: 0,
+            cluster_secret: String::new(),
+            cluster_max_clock_skew: 0,
+            cluster_heartbeat_interval: 0,
+            cluster_election_timeout: 0,
+            cluster_redirect: ClusterRedirect::Proxy,
             config_file: None,
         };
         for directive in DIRECTIVES {

@@ -131,3 +131,29 @@ pub struct OutputLimits {
     /// Clients subscribed to pub/sub channels.
     pub pubsub: OutputLimit,
 }
+
+/// `cluster-redirect`: what a follower does with a client's write, which
+/// only the leader can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClusterRedirect {
+    /// Sends it to the leader and relays the answer: any client works.
+    Proxy,
+    /// Answers `-MOVED <slot> <host>:<port>` (the leader's client
+    /// address), for cluster-aware clients to go there themselves.
+    Moved,
+}
+
+impl ClusterRedirect {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClusterRedirect::Proxy => "proxy",
+            ClusterRedirect::Moved => "moved",
+        }
+    }
+
+    pub(super) fn from_name(name: &str) -> Option<ClusterRedirect> {
+        [ClusterRedirect::Proxy, ClusterRedirect::Moved]
+            .into_iter()
+            .find(|redirect| redirect.as_str().eq_ignore_ascii_case(name))
+    }
+}

@@ -19,7 +19,10 @@
 //! - `source`: the file, the command line and `CONFIG GET`.
 //! - `set`: `CONFIG SET`, all or nothing.
 //! - `rewrite`: `CONFIG REWRITE`, the running values back into the file.
+//! - `cluster`: the `cluster-nodes` entries and the checked cluster
+//!   settings a node starts with.
 
+mod cluster;
 mod directives;
 mod enums;
 mod rewrite;
@@ -33,7 +36,13 @@ use std::io;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-pub use enums::{FsyncPolicy, LogFormat, LogLevel, OutputLimit, OutputLimits, TlsAuthClients};
+pub use cluster::{
+    BUS_PORT_OFFSET, ClusterConfig, ClusterError, ClusterMember, ClusterNode,
+    MIN_ELECTION_HEARTBEATS,
+};
+pub use enums::{
+    ClusterRedirect, FsyncPolicy, LogFormat, LogLevel, OutputLimit, OutputLimits, TlsAuthClients,
+};
 pub use rewrite::RewriteError;
 pub use set::{SetError, is_sensitive};
 
@@ -128,6 +137,28 @@ pub struct Config {
     pub tls_ca_cert_file: Option<PathBuf>,
     /// Whether TLS clients must present a certificate.
     pub tls_auth_clients: TlsAuthClients,
+    /// Cluster mode: this node is one of `cluster_nodes`, which replicate
+    /// one registry. [`Config::cluster`] gives the checked settings.
+    pub cluster_enabled: bool,
+    /// This node's id among `cluster_nodes`; 0: none given.
+    pub cluster_node_id: u64,
+    /// Every node of the cluster, this one included, as written.
+    pub cluster_nodes: Vec<ClusterNode>,
+    /// This node's bus port; 0: the one `cluster_nodes` gives it (by
+    /// default its client port + 10000).
+    pub cluster_port: u16,
+    /// The secret the nodes' bus requires of every peer; empty: none.
+    pub cluster_secret: String,
+    /// Milliseconds a node's clock may differ from the majority's before
+    /// it refuses to lead.
+    pub cluster_max_clock_skew: u64,
+    /// Milliseconds between the leader's heartbeats.
+    pub cluster_heartbeat_interval: u64,
+    /// The shortest election timeout, in milliseconds (the longest is
+    /// twice it).
+    pub cluster_election_timeout: u64,
+    /// What a follower does with a client's write.
+    pub cluster_redirect: ClusterRedirect,
     /// The configuration file read at start-up, if any.
     pub config_file: Option<PathBuf>,
 }
@@ -163,6 +194,9 @@ pub enum DirectiveError {
     /// values as `CONFIG GET` prints them. Checked once the whole
     /// configuration is known, since either line may come first.
     LockDelayOverMax { lock_delay: String, max: String },
+    /// The cluster directives do not fit together (or with `port`).
+    /// Checked once the whole configuration is known, like the above.
+    Cluster(ClusterError),
 }
 
 impl fmt::Display for DirectiveError {
@@ -194,6 +228,7 @@ impl fmt::Display for DirectiveError {
                 "lease-lock-delay ({lock_delay}) is greater than lease-max-lock-delay ({max}), \
                  the largest lock delay an acquire may ask for"
             ),
+            DirectiveError::Cluster(error) => write!(f, "{error}"),
         }
     }
 }

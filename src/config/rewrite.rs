@@ -15,7 +15,7 @@
 //! - The file is replaced atomically (a temporary file beside it, fsync,
 //!   rename, fsync of the directory): a crash or a full disk leaves the old
 //!   file or the new one, never half of one. The new file keeps the old
-//!   one's permission bits, since it holds `requirepass`.
+//!   one's permission bits, since it holds `requirepass` and `cluster-secret`.
 
 use std::ffi::OsString;
 use std::fmt;

@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::time::Duration;
 
 use super::directives::{DIRECTIVES, parse_memory};
 use super::source::command;
@@ -670,6 +671,15 @@ fn config_get_all_in_table_order() {
         ("tls-key-file", ""),
         ("tls-ca-cert-file", ""),
         ("tls-auth-clients", "yes"),
+        ("cluster-enabled", "no"),
+        ("cluster-node-id", "0"),
+        ("cluster-nodes", ""),
+        ("cluster-port", "0"),
+        ("cluster-secret", ""),
+        ("cluster-max-clock-skew", "500"),
+        ("cluster-heartbeat-interval", "100"),
+        ("cluster-election-timeout", "1000"),
+        ("cluster-redirect", "proxy"),
         ("save", ""),
         ("databases", "1"),
     ];
@@ -1498,4 +1508,478 @@ fn maxmemory_takes_a_size_and_noeviction_is_the_only_policy() {
          maxmemory-policy (expected noeviction: leases are never evicted, so it is the only \
          policy)"
     );
+}
+
+// Cluster mode.
+
+/// Three nodes on loopback, this one node 1 on the default port.
+const THREE: &str = "1@127.0.0.1:6479 2@127.0.0.1:6480 3@127.0.0.1:6481";
+
+/// `--cluster-enabled yes --cluster-node-id <id> --cluster-nodes <nodes>`
+/// and `more`.
+fn cluster_args(id: &str, nodes: &str, more: &[&str]) -> Result<Config, ConfigError> {
+    let mut list = vec![
+        "--cluster-enabled",
+        "yes",
+        "--cluster-node-id",
+        id,
+        "--cluster-nodes",
+        nodes,
+    ];
+    list.extend_from_slice(more);
+    args(&list)
+}
+
+/// The cluster error a start-up with these arguments fails with.
+fn cluster_refusal(id: &str, nodes: &str, more: &[&str]) -> ClusterError {
+    match cluster_args(id, nodes, more) {
+        Err(ConfigError::Conflict {
+            error: DirectiveError::Cluster(error),
+        }) => error,
+        other => panic!("{id} {nodes:?} {more:?} gave {other:?}"),
+    }
+}
+
+fn member(id: u64, addr: &str, bus: &str) -> ClusterMember {
+    ClusterMember {
+        id,
+        addr: addr.parse().unwrap(),
+        bus_addr: bus.parse().unwrap(),
+    }
+}
+
+#[test]
+fn cluster_defaults_are_a_single_node() {
+    let config = Config::default();
+    assert!(!config.cluster_enabled);
+    assert_eq!(config.cluster_node_id, 0);
+    assert_eq!(config.cluster_nodes, Vec::new());
+    assert_eq!(config.cluster_port, 0);
+    assert_eq!(config.cluster_secret, "");
+    assert_eq!(config.cluster_max_clock_skew, 500);
+    assert_eq!(config.cluster_heartbeat_interval, 100);
+    assert_eq!(config.cluster_election_timeout, 1000);
+    assert_eq!(config.cluster_redirect, ClusterRedirect::Proxy);
+    assert_eq!(config.cluster(), Ok(None));
+    // Nodes listed but the cluster off: still a single node, unchecked.
+    let config = args(&["--cluster-nodes", "5@10.0.0.1:1"]).unwrap();
+    assert_eq!(config.cluster(), Ok(None));
+}
+
+#[test]
+fn a_cluster_from_the_file() {
+    let config = parse_text(&format!(
+        "cluster-enabled yes\ncluster-node-id 2\ncluster-nodes \"{THREE}\"\nport 6480\n\
+         cluster-max-clock-skew 250\ncluster-heartbeat-interval 50\n\
+         cluster-election-timeout 400\ncluster-redirect MOVED\n"
+    ))
+    .unwrap();
+    let cluster = config.cluster().unwrap().unwrap();
+    assert_eq!(
+        cluster,
+        ClusterConfig {
+            node_id: 2,
+            members: vec![
+                member(1, "127.0.0.1:6479", "127.0.0.1:16479"),
+                member(2, "127.0.0.1:6480", "127.0.0.1:16480"),
+                member(3, "127.0.0.1:6481", "127.0.0.1:16481"),
+            ],
+            secret: None,
+            max_clock_skew: Duration::from_millis(250),
+            heartbeat_interval: Duration::from_millis(50),
+            election_timeout_min: Duration::from_millis(400),
+            election_timeout_max: Duration::from_millis(800),
+            redirect: ClusterRedirect::Moved,
+        }
+    );
+    assert_eq!(cluster.me(), &cluster.members[1]);
+    let peers: Vec<u64> = cluster.peers().map(|peer| peer.id).collect();
+    assert_eq!(peers, [1, 3]);
+}
+
+#[test]
+fn cluster_nodes_hosts_ports_and_bus_ports() {
+    let nodes = "3@[::1]:7003 1@localhost:7001@9001 2@127.0.0.2:7002";
+    let config = cluster_args("1", nodes, &["--port", "7001"]).unwrap();
+    // As written (localhost kept), in the order given.
+    assert_eq!(show(&config, "cluster-nodes"), nodes);
+    assert_eq!(config.cluster_nodes[1].ip, ip("127.0.0.1"));
+    assert_eq!(config.cluster_nodes[1].host, "localhost");
+    assert_eq!(config.cluster_nodes[1].bus_port, Some(9001));
+    // In id order, each bus on its client port + 10000 unless given.
+    assert_eq!(
+        config.cluster().unwrap().unwrap().members,
+        [
+            member(1, "127.0.0.1:7001", "127.0.0.1:9001"),
+            member(2, "127.0.0.2:7002", "127.0.0.2:17002"),
+            member(3, "[::1]:7003", "[::1]:17003"),
+        ]
+    );
+    // One argument or several, on the command line and in the file.
+    let split = args(&[
+        "--cluster-nodes",
+        "3@[::1]:7003",
+        "1@localhost:7001@9001",
+        "2@127.0.0.2:7002",
+    ])
+    .unwrap();
+    assert_eq!(split.cluster_nodes, config.cluster_nodes);
+    let file = parse_text(&format!("cluster-nodes {nodes}")).unwrap();
+    assert_eq!(file.cluster_nodes, config.cluster_nodes);
+    // Names and addresses in any case; a cluster-port that agrees.
+    let config = cluster_args(
+        "1",
+        "1@LocalHost:7001@9001",
+        &["--port", "7001", "--cluster-port", "9001"],
+    )
+    .unwrap();
+    assert_eq!(config.cluster_nodes[0].host, "localhost");
+    assert!(config.cluster().unwrap().is_some());
+}
+
+fn show(config: &Config, name: &str) -> String {
+    config.get(name.as_bytes())[0].1.clone()
+}
+
+#[test]
+fn bad_cluster_nodes_say_what_an_entry_is() {
+    const ENTRY: &str = "(expected entries id@host:port[@busport] separated by spaces: the \
+                         id a positive integer, the host an IPv4 address, an IPv6 address in \
+                         brackets or localhost, the ports from 1 to 65535)";
+    for entry in [
+        "127.0.0.1:6479",
+        "0@127.0.0.1:6479",
+        "-1@127.0.0.1:6479",
+        "x@127.0.0.1:6479",
+        "1@127.0.0.1",
+        "1@127.0.0.1:0",
+        "1@127.0.0.1:65536",
+        "1@127.0.0.1:+80",
+        "1@::1:6479",
+        "1@[::1]6479",
+        "1@[nohost]:6479",
+        "1@example.com:6479",
+        "1@127.0.0.1:6479@",
+        "1@127.0.0.1:6479@0",
+        "1@127.0.0.1:6479@1@2",
+    ] {
+        assert_eq!(
+            invalid(&format!("cluster-nodes \"2@127.0.0.1:1 {entry}\"")),
+            format!(
+                "test.conf:1: 'cluster-nodes \"2@127.0.0.1:1 {entry}\"': invalid cluster-nodes {ENTRY}"
+            ),
+            "{entry}"
+        );
+    }
+    assert_eq!(
+        invalid("cluster-nodes 1@127.0.0.1:1 1@127.0.0.1:2"),
+        "test.conf:1: 'cluster-nodes 1@127.0.0.1:1 1@127.0.0.1:2': invalid cluster-nodes \
+         (expected each node's id once)"
+    );
+}
+
+#[test]
+fn bad_cluster_values() {
+    for (line, expected) in [
+        ("cluster-enabled maybe", "yes or no"),
+        (
+            "cluster-node-id -1",
+            "a positive integer, this node's id in cluster-nodes (0: none)",
+        ),
+        ("cluster-port 65536", "an integer from 0 to 65535"),
+        (
+            "cluster-max-clock-skew 0",
+            "a whole number of milliseconds, from 1 to 86400000",
+        ),
+        (
+            "cluster-heartbeat-interval 1.5",
+            "a whole number of milliseconds, from 1 to 86400000",
+        ),
+        (
+            "cluster-election-timeout 86400001",
+            "a whole number of milliseconds, from 1 to 86400000",
+        ),
+        ("cluster-redirect ask", "proxy or moved"),
+    ] {
+        let name = line.split(' ').next().unwrap();
+        assert_eq!(
+            invalid(line),
+            format!("test.conf:1: '{line}': invalid {name} (expected {expected})")
+        );
+    }
+}
+
+#[test]
+fn a_cluster_needs_an_id_and_nodes_that_hold_it() {
+    assert_eq!(cluster_refusal("0", THREE, &[]), ClusterError::NoNodeId);
+    assert_eq!(cluster_refusal("1", "", &[]), ClusterError::NoNodes);
+    let error = cluster_refusal("4", "3@127.0.0.1:3 1@127.0.0.1:6479", &[]);
+    assert_eq!(
+        error,
+        ClusterError::NotAMember {
+            id: 4,
+            ids: vec![1, 3]
+        }
+    );
+    assert_eq!(
+        error.to_string(),
+        "cluster-node-id 4 is not in cluster-nodes (its ids: 1, 3)"
+    );
+    assert_eq!(
+        ClusterError::NoNodeId.to_string(),
+        "cluster-enabled yes needs cluster-node-id: this node's id in cluster-nodes"
+    );
+    assert_eq!(
+        ClusterError::NoNodes.to_string(),
+        "cluster-enabled yes needs cluster-nodes: every node's id@host:port (its client \
+         address), this node's included, the same on every node"
+    );
+    // The file says it too, after reading everything.
+    let file = conf_file("cluster-enabled yes\ncluster-nodes 1@127.0.0.1:6479\n");
+    let error = args(&[file.path().to_str().unwrap()]).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "cluster-enabled yes needs cluster-node-id: this node's id in cluster-nodes"
+    );
+    // Given last, the id makes the file good.
+    let config = args(&[file.path().to_str().unwrap(), "--cluster-node-id", "1"]).unwrap();
+    assert_eq!(config.cluster().unwrap().unwrap().node_id, 1);
+}
+
+#[test]
+fn this_nodes_entry_holds_its_port() {
+    let error = cluster_refusal("2", THREE, &[]);
+    assert_eq!(
+        error,
+        ClusterError::PortMismatch {
+            id: 2,
+            listed: 6480,
+            port: 6479
+        }
+    );
+    assert_eq!(
+        error.to_string(),
+        "cluster-nodes gives node 2 (this node) the client port 6480, but port is 6479: \
+         each entry is its node's client address"
+    );
+    // A port the system picks cannot be the one the others know.
+    assert!(matches!(
+        cluster_refusal("1", THREE, &["--port", "0"]),
+        ClusterError::PortMismatch { port: 0, .. }
+    ));
+}
+
+#[test]
+fn bus_ports_stay_below_65536_and_agree_with_cluster_port() {
+    let error = cluster_refusal("1", "1@127.0.0.1:6479 2@127.0.0.1:60000", &[]);
+    assert_eq!(error, ClusterError::BusPortTooHigh { id: 2, port: 60000 });
+    assert_eq!(
+        error.to_string(),
+        "node 2's bus port would be its client port 60000 + 10000, above 65535: give it \
+         one in cluster-nodes (2@host:60000@busport)"
+    );
+    // Given, it may be anything.
+    assert!(cluster_args("1", "1@127.0.0.1:6479 2@127.0.0.1:60000@6000", &[]).is_ok());
+    // This node's own, too high.
+    assert_eq!(
+        cluster_refusal("1", "1@127.0.0.1:55536", &["--port", "55536"]),
+        ClusterError::BusPortTooHigh { id: 1, port: 55536 }
+    );
+    let error = cluster_refusal("1", THREE, &["--cluster-port", "17000"]);
+    assert_eq!(
+        error,
+        ClusterError::ClusterPortMismatch {
+            id: 1,
+            cluster_port: 17000,
+            bus_port: 16479
+        }
+    );
+    assert_eq!(
+        error.to_string(),
+        "cluster-port is 17000, but cluster-nodes gives node 1 (this node) the bus port \
+         16479: the other nodes find it there, so write it there (1@host:port@17000) on \
+         every node"
+    );
+    // The default, said out loud, is fine.
+    assert!(cluster_args("1", THREE, &["--cluster-port", "16479"]).is_ok());
+}
+
+#[test]
+fn no_two_cluster_listeners_share_an_address() {
+    let error = cluster_refusal("1", "1@127.0.0.1:6479 2@127.0.0.1:16479", &[]);
+    assert_eq!(
+        error,
+        ClusterError::AddressTwice {
+            address: "127.0.0.1:16479".parse().unwrap()
+        }
+    );
+    assert_eq!(
+        error.to_string(),
+        "cluster-nodes uses 127.0.0.1:16479 twice: every node's client and bus addresses \
+         must differ"
+    );
+    assert!(matches!(
+        cluster_refusal("1", "1@127.0.0.1:6479 2@localhost:6479", &[]),
+        ClusterError::AddressTwice { .. }
+    ));
+    // One port on two machines is fine (with a secret: they are not loopback).
+    let nodes = "1@127.0.0.1:6479 2@10.0.0.2:6479 3@10.0.0.3:6479";
+    assert!(cluster_args("1", nodes, &["--cluster-secret", "s"]).is_ok());
+}
+
+#[test]
+fn a_cluster_beyond_loopback_needs_a_secret() {
+    let nodes = "1@127.0.0.1:6479 2@10.0.0.2:6479 3@[fe80::1]:6479";
+    let error = cluster_refusal("1", nodes, &[]);
+    assert_eq!(
+        error,
+        ClusterError::NeedsSecret {
+            address: ip("10.0.0.2")
+        }
+    );
+    assert_eq!(
+        error.to_string(),
+        "cluster-nodes names 10.0.0.2, which is not a loopback address: set cluster-secret \
+         (the same on every node), since the bus refuses peers without it"
+    );
+    assert_eq!(error.directive(), "cluster-secret");
+    let config = cluster_args("1", nodes, &["--cluster-secret", "s3cret"]).unwrap();
+    assert_eq!(
+        config.cluster().unwrap().unwrap().secret.as_deref(),
+        Some("s3cret")
+    );
+    // Loopback only: no secret needed, and one given is still used.
+    let config = cluster_args("1", THREE, &["--cluster-secret", "x"]).unwrap();
+    assert_eq!(
+        config.cluster().unwrap().unwrap().secret.as_deref(),
+        Some("x")
+    );
+}
+
+#[test]
+fn the_election_timeout_is_at_least_three_heartbeats() {
+    let error = match args(&["--cluster-heartbeat-interval", "400"]) {
+        Err(ConfigError::Conflict {
+            error: DirectiveError::Cluster(error),
+        }) => error,
+        other => panic!("accepted: {other:?}"),
+    };
+    assert_eq!(
+        error,
+        ClusterError::ElectionTimeoutTooShort {
+            election_timeout: 1000,
+            heartbeat_interval: 400
+        }
+    );
+    assert_eq!(
+        error.to_string(),
+        "cluster-election-timeout (1000 ms) is less than 3 times cluster-heartbeat-interval \
+         (400 ms): followers would depose a leader that is alive"
+    );
+    // Exactly three is enough, in either order of the lines.
+    let config = parse_text("cluster-election-timeout 150\ncluster-heartbeat-interval 50\n");
+    assert_eq!(config.unwrap().cluster(), Ok(None));
+    assert!(args(&["--cluster-election-timeout", "299"]).is_err());
+    assert!(args(&["--cluster-election-timeout", "300"]).is_ok());
+}
+
+#[test]
+fn the_cluster_secret_is_hidden_like_requirepass() {
+    assert!(is_sensitive(b"cluster-secret"));
+    assert!(is_sensitive(b"CLUSTER-SECRET"));
+    assert!(!is_sensitive(b"cluster-nodes"));
+    let request: Vec<bytes::Bytes> = ["CONFIG", "SET", "cluster-secret", "s3cret"]
+        .into_iter()
+        .map(|word| bytes::Bytes::from_static(word.as_bytes()))
+        .collect();
+    let shown = crate::command::redacted(&request);
+    assert_eq!(&shown[2][..], b"cluster-secret");
+    assert_eq!(&shown[3][..], b"(redacted)");
+}
+
+#[test]
+fn cluster_directives_are_start_up_only() {
+    let config = cluster_args("1", THREE, &["--cluster-secret", "x"]).unwrap();
+    for (name, value) in [
+        ("cluster-enabled", "no"),
+        ("cluster-node-id", "2"),
+        ("cluster-nodes", "1@127.0.0.1:1"),
+        ("cluster-port", "1"),
+        ("cluster-secret", "y"),
+        ("cluster-max-clock-skew", "1"),
+        ("cluster-heartbeat-interval", "1"),
+        ("cluster-election-timeout", "5000"),
+        ("cluster-redirect", "moved"),
+    ] {
+        assert_eq!(
+            set(&config, &[name, value]).unwrap_err().to_string(),
+            format!(
+                "CONFIG SET failed (possibly related to argument '{name}') - can't set \
+                 immutable config"
+            )
+        );
+    }
+    // Other directives still change on a cluster node.
+    assert_eq!(set(&config, &["lease-ttl", "5"]).unwrap().lease_ttl, 5.0);
+}
+
+#[test]
+fn config_get_and_rewrite_keep_the_cluster_settings() {
+    let nodes = "1@127.0.0.1:6479@7000 2@[::1]:6480 3@localhost:6481";
+    let config = cluster_args(
+        "1",
+        nodes,
+        &[
+            "--cluster-secret",
+            "a secret",
+            "--cluster-redirect",
+            "moved",
+            "--cluster-election-timeout",
+            "2000",
+        ],
+    )
+    .unwrap();
+    let shown: Vec<(&str, String)> = config.get(b"cluster-*");
+    assert_eq!(
+        shown,
+        [
+            ("cluster-enabled", "yes".to_owned()),
+            ("cluster-node-id", "1".to_owned()),
+            ("cluster-nodes", nodes.to_owned()),
+            ("cluster-port", "0".to_owned()),
+            ("cluster-secret", "a secret".to_owned()),
+            ("cluster-max-clock-skew", "500".to_owned()),
+            ("cluster-heartbeat-interval", "100".to_owned()),
+            ("cluster-election-timeout", "2000".to_owned()),
+            ("cluster-redirect", "moved".to_owned()),
+        ]
+    );
+    let text = rewritten(&config, "# mine\ncluster-nodes \"1@127.0.0.1:1\"\n");
+    assert_eq!(
+        text,
+        format!(
+            "# mine\ncluster-nodes {nodes}\n# Generated by CONFIG REWRITE\n\
+             cluster-enabled yes\ncluster-node-id 1\ncluster-secret \"a secret\"\n\
+             cluster-election-timeout 2000\ncluster-redirect moved\n"
+        )
+    );
+    assert_eq!(parse_text(&text).unwrap(), config);
+    // The default, rewritten over a line that set it, reads back too.
+    let text = rewritten(&Config::default(), "cluster-nodes 1@127.0.0.1:1\n");
+    assert_eq!(text, "cluster-nodes \"\"\n");
+    assert_eq!(parse_text(&text).unwrap(), Config::default());
+}
+
+#[test]
+fn help_lists_the_cluster_directives() {
+    let help = command().render_long_help().to_string();
+    for name in [
+        "--cluster-enabled <yes|no>",
+        "--cluster-node-id <ID>",
+        "--cluster-nodes <ID@HOST:PORT[@BUSPORT]>",
+        "--cluster-secret <SECRET>",
+        "--cluster-election-timeout <MILLISECONDS>",
+    ] {
+        assert!(help.contains(name), "{name} not in {help}");
+    }
 }

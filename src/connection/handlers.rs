@@ -17,7 +17,11 @@ use super::multi::{self, Transaction};
 use super::session::NOAUTH;
 use super::words::{self, Wording};
 use super::{After, Blocked, Connection};
-use crate::command::{self, ClientFilter, Command, KillFilter, SlowlogCommand, docs};
+use crate::cluster::status::{ClusterStatus, Role};
+use crate::cluster::views;
+use crate::command::{
+    self, ClientFilter, ClusterView, Command, KillFilter, SlowlogCommand, docs, help,
+};
 use crate::core::{Answer, CoreAnswer, CoreCommand, Refusal};
 use crate::registry::Op;
 use crate::reply::{Protocol, Reply};
@@ -547,9 +551,9 @@ where
             Command::CommandList => docs::list(),
             Command::ConfigGet(patterns) => self.config_get(&patterns),
             Command::ConfigRewrite => self.config_rewrite(),
-            Command::Help(lines) => {
-                Reply::Array(lines.iter().map(|line| Reply::Status(line)).collect())
-            }
+            Command::Help(lines) => help_reply(lines),
+            Command::Role => views::role(self.shared.cluster().as_deref()),
+            Command::Cluster(view) => cluster_view(self.shared.cluster().as_deref(), view),
             Command::Time => time(),
         };
         (Some(reply), After::Continue)
@@ -564,9 +568,17 @@ where
             field("proto", Reply::Int(self.session.protocol.version())),
             field("id", Reply::Int(self.client.id as i64)),
             field("mode", Reply::text("standalone")),
-            field("role", Reply::text("master")),
+            field("role", Reply::text(self.hello_role())),
             field("modules", Reply::Array(Vec::new())),
         ])
+    }
+
+    /// HELLO's `role`: a cluster's followers are replicas, as `ROLE` says.
+    fn hello_role(&self) -> &'static str {
+        match self.shared.cluster() {
+            Some(status) if status.role != Role::Leader => "replica",
+            _ => "master",
+        }
     }
 
     /// `CLIENT KILL`: the old form answers `OK` or an error, the new one
@@ -657,6 +669,26 @@ fn core_requests<'a>(slots: &'a [Slot], requests: &'a [Vec<Bytes>], sent: &mut V
 /// flagged `no_auth` in the command table.
 fn allowed_before_auth(args: &[Bytes]) -> bool {
     command::name_of(args).is_some_and(|name| name.allowed_before_auth())
+}
+
+/// A container's `HELP`: its lines as status replies, as Redis sends them.
+fn help_reply(lines: &[&'static str]) -> Reply {
+    Reply::Array(lines.iter().map(|line| Reply::Status(line)).collect())
+}
+
+/// `CLUSTER INFO|NODES|SLOTS|MYID|HELP`, from the status the node published; a
+/// single node refuses every one, as Redis does without cluster support.
+fn cluster_view(status: Option<&ClusterStatus>, view: ClusterView) -> Reply {
+    let Some(status) = status else {
+        return Reply::error(views::DISABLED);
+    };
+    match view {
+        ClusterView::Info => Reply::Verbatim(views::cluster_info(status).into()),
+        ClusterView::Nodes => Reply::Verbatim(views::cluster_nodes(status).into()),
+        ClusterView::Slots => views::cluster_slots(status),
+        ClusterView::MyId => Reply::bulk(views::node_name(status.id)),
+        ClusterView::Help => help_reply(help::CLUSTER_HELP),
+    }
 }
 
 fn ok_or(done: Result<(), Reply>) -> Reply {

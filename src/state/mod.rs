@@ -18,6 +18,7 @@ use std::time::Instant;
 use arc_swap::{ArcSwap, ArcSwapOption, Guard};
 use tokio_util::sync::CancellationToken;
 
+use crate::cluster::status::ClusterStatus;
 use crate::config::Config;
 use crate::monitor::Monitors;
 use crate::pubsub::PubSub;
@@ -51,9 +52,10 @@ pub struct Shared {
     pub shutdown: CancellationToken,
     /// The server's clock for lease commands without `now`.
     pub clock: Clock,
-    /// Cluster mode: this node's view of its cluster, kept up to date by
-    /// the node; `None` on a single node.
-    cluster: ArcSwapOption<crate::cluster::status::ClusterStatus>,
+    /// What this node knows of its cluster, republished by the node as it
+    /// changes; `None` for a single node. Swapped whole, so `ROLE` and
+    /// `INFO` never see half of one status and half of the next.
+    cluster: ArcSwapOption<ClusterStatus>,
 }
 
 impl Shared {
@@ -80,17 +82,6 @@ impl Shared {
         }
     }
 
-    /// Cluster mode: this node's view of its cluster; `None` on a single
-    /// node.
-    pub fn cluster(&self) -> Option<Arc<crate::cluster::status::ClusterStatus>> {
-        self.cluster.load_full()
-    }
-
-    /// Cluster mode: the node's new view of its cluster.
-    pub fn set_cluster(&self, status: Option<crate::cluster::status::ClusterStatus>) {
-        self.cluster.store(status.map(Arc::new));
-    }
-
     /// The running configuration. Cheap (no lock, no reference count
     /// touched on the fast path): read it where a setting is needed rather
     /// than keeping a copy, so `CONFIG SET` takes effect at once.
@@ -101,5 +92,16 @@ impl Shared {
     /// Makes `config` the running configuration (`CONFIG SET`).
     pub fn set_config(&self, config: Config) {
         self.config.store(Arc::new(config));
+    }
+
+    /// The cluster status last published; `None` for a single node (or a
+    /// node that has not published one yet).
+    pub fn cluster(&self) -> Option<Arc<ClusterStatus>> {
+        self.cluster.load_full()
+    }
+
+    /// Publishes this node's cluster status (`None`: a single node).
+    pub fn set_cluster(&self, status: Option<ClusterStatus>) {
+        self.cluster.store(status.map(Arc::new));
     }
 }
