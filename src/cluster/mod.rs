@@ -14,8 +14,10 @@
 //! tests (an in-process router); the server does not use this module yet.
 //! docs/cluster.md says what is built and what is not.
 
+pub mod disk;
 pub mod log_store;
 pub mod node;
+pub mod snapshot_file;
 pub mod stamp;
 pub mod state_machine;
 pub mod status;

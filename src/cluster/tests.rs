@@ -13,7 +13,7 @@ use openraft::{BasicNode, Config};
 
 use super::network::{Links, Router};
 use super::node::Node;
-use super::node::WriteError;
+use super::node::{Storage, WriteError};
 use super::stamp::Clock;
 use super::state_machine::apply_tick;
 use super::state_machine::{MakeRegistry, apply_batch, decode_into, encode_registry};
@@ -142,9 +142,16 @@ impl Cluster {
                 from: id,
                 router: router.clone(),
             };
-            let node = Node::start(id, config.clone(), links, make(), clock.clock())
-                .await
-                .unwrap();
+            let node = Node::start(
+                id,
+                config.clone(),
+                links,
+                make(),
+                clock.clock(),
+                Storage::Memory,
+            )
+            .await
+            .unwrap();
             router.add(id, node.raft.clone());
             nodes.insert(id, node);
             clocks.insert(id, clock);
