@@ -19,7 +19,7 @@ pub(super) type Entry = EntryOf<TypeConfig>;
 pub(super) type LogId = LogIdOf<TypeConfig>;
 
 pub(super) const LOG_FILE: &str = "log";
-const MAGIC: &[u8] = b"leased raft log 1\n";
+pub(super) const MAGIC: &[u8] = b"leased raft log 1\n";
 
 /// The start of a log file whose entries follow `purged`.
 pub(super) fn header(purged: Option<&LogId>) -> std::io::Result<Vec<u8>> {
