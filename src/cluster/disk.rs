@@ -5,7 +5,9 @@
 //! A record is `[u32 length][u32 crc32 of the payload][payload]`, both
 //! numbers little-endian. A record cut short, or a bad checksum in the
 //! file's last record, is what a crash in the middle of an append leaves;
-//! a bad checksum with more records after it is damage.
+//! a bad checksum with more records after it is damage. So is nothing but
+//! zeros to the end: a file whose length reached the disk before its
+//! data did.
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
@@ -140,6 +142,9 @@ pub fn next_record(bytes: &[u8], at: usize) -> Record<'_> {
     let rest = &bytes[at..];
     if rest.is_empty() {
         return Record::End;
+    }
+    if rest.iter().all(|&byte| byte == 0) {
+        return Record::Torn(format!("{} zero bytes at the end", rest.len()));
     }
     if rest.len() < FRAME {
         return Record::Torn(format!("{} bytes of a record's frame", rest.len()));

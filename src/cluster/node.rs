@@ -2,7 +2,7 @@
 //! go through the leader, which stamps each entry with its time.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use openraft::error::{ClientWriteError, Fatal, RaftError};
@@ -46,6 +46,14 @@ impl fmt::Display for StartError {
 
 impl std::error::Error for StartError {}
 
+/// The log and the state machine under `dir/raft/`; the log first, as it
+/// takes the directory's lock.
+fn open(make: MakeRegistry, dir: &Path) -> Result<(LogStore, StateMachine), StartError> {
+    let log = LogStore::open(dir).map_err(StartError::Open)?;
+    let state = StateMachine::open(make, dir).map_err(StartError::Open)?;
+    Ok((log, state))
+}
+
 pub struct Node {
     pub id: NodeId,
     pub raft: Raft<TypeConfig, StateMachine>,
@@ -70,11 +78,10 @@ impl Node {
     {
         let (log, state) = match storage {
             Storage::Memory => (LogStore::in_memory(), StateMachine::new(make)),
-            // The log first: it takes the directory's lock.
-            Storage::Dir(dir) => (
-                LogStore::open(&dir).map_err(StartError::Open)?,
-                StateMachine::open(make, &dir).map_err(StartError::Open)?,
-            ),
+            // Reading the files back blocks: off the runtime's threads.
+            Storage::Dir(dir) => tokio::task::spawn_blocking(move || open(make, &dir))
+                .await
+                .expect("opening the Raft state panicked")?,
         };
         let raft = Raft::new(id, config, network, log, state.clone())
             .await

@@ -184,6 +184,14 @@ async fn a_torn_last_record_is_cut_off() {
     let mut expected = entries(1, 0..=4);
     expected.push(entry(2, 5));
     assert_eq!(all_entries(&mut store).await, expected);
+    drop(store);
+
+    // Zeros: the length reached the disk, the data did not.
+    let mut bytes = fs::read(&path).unwrap();
+    bytes.extend_from_slice(&[0; 40]);
+    fs::write(&path, bytes).unwrap();
+    let mut store = reopen(dir.path(), LogStore::in_memory()).await;
+    assert_eq!(all_entries(&mut store).await, expected);
 }
 
 #[tokio::test]
