@@ -22,6 +22,8 @@ mod values;
 mod writer;
 
 #[cfg(test)]
+mod killed;
+#[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;

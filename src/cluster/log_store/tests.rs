@@ -64,7 +64,7 @@ fn id(term: u64, index: u64) -> LogIdOf<TypeConfig> {
 }
 
 /// An entry with a payload, so records differ in size and content.
-fn entry(term: u64, index: u64) -> Entry {
+pub(super) fn entry(term: u64, index: u64) -> Entry {
     let tick = Tick {
         time: index as f64,
         reclaim: index as usize,
@@ -77,7 +77,7 @@ fn entries(term: u64, indexes: std::ops::RangeInclusive<u64>) -> Vec<Entry> {
 }
 
 /// Appends and waits until the store says the entries are flushed.
-async fn append(store: &mut LogStore, entries: Vec<Entry>) {
+pub(super) async fn append(store: &mut LogStore, entries: Vec<Entry>) {
     let (done, flushed) = TypeConfig::oneshot();
     store
         .append(entries, IOFlushed::signal(done))
