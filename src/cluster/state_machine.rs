@@ -162,7 +162,8 @@ impl StateMachine {
         if let Some((meta, data)) = loaded {
             let mut registry = make();
             decode_into(&mut registry, &data).map_err(|error| {
-                OpenError::corrupt(&raft.join("snapshot"), 0, error.to_string())
+                let why = format!("its registry does not replay: {error}");
+                OpenError::corrupt(&raft.join("snapshot"), 0, why)
             })?;
             let mut replica = machine.lock();
             replica.registry = registry;
@@ -215,10 +216,10 @@ impl StateMachine {
                 .map_err(io::Error::other)??;
         }
         let mut replica = self.lock();
-        let newer = |current: &SnapshotOf<TypeConfig, Bytes>| {
+        let superseded = |current: &SnapshotOf<TypeConfig, Bytes>| {
             current.meta.last_log_id <= snapshot.meta.last_log_id
         };
-        if replica.current.as_ref().is_none_or(newer) {
+        if replica.current.as_ref().is_none_or(superseded) {
             replica.current = Some(snapshot.clone());
         }
         Ok(())
