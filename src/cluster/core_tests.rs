@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::core::{ForwardFailure, Forwarder, Forwarding};
 use super::network::{Links, Router};
+use super::node::Storage;
 use super::start::{self, Settings, Started};
 use super::status::{Address, Role};
 use super::types::NodeId;
@@ -76,6 +77,7 @@ impl Cluster {
                 heartbeat: Duration::from_millis(100),
                 election_timeout: Duration::from_millis(800),
                 patience: Duration::from_secs(3),
+                storage: Storage::Memory,
             };
             // lease-max-skew off: the linearizability test sends `now`s far
             // ahead of the clock.

@@ -8,15 +8,18 @@
 //! No replica reads a clock while applying, so all of them give the same
 //! outcomes and reach the same state, fencing tokens included.
 //!
-//! This is the first slice: the types ([`types`]), the state machine and
-//! its snapshots, an in-memory log ([`log_store`]) and a node that writes
-//! through its Raft ([`node`]). The network between nodes exists only in
-//! tests (an in-process router); the server does not use this module yet.
-//! docs/cluster.md says what is built and what is not.
+//! Built so far: the types ([`types`]), the state machine and its
+//! snapshots, the log ([`log_store`]), both durable under a node's
+//! `dir/raft/` ([`disk`], [`snapshot_file`]) or in memory, and a node that
+//! writes through its Raft ([`node`]). The network between nodes exists
+//! only in tests (an in-process router); the server does not use this
+//! module yet. docs/cluster.md says what is built and what is not.
 
 pub mod core;
+pub mod disk;
 pub mod log_store;
 pub mod node;
+pub mod snapshot_file;
 pub mod stamp;
 pub mod start;
 pub mod state_machine;

@@ -1,12 +1,15 @@
 //! One cluster node: its Raft, its state machine and its stamper. Writes
 //! go through the leader, which stamps each entry with its time.
 
+use std::fmt;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use openraft::error::{ClientWriteError, Fatal, RaftError};
 use openraft::network::NetSnapshot;
 use openraft::{Config, Raft, RaftNetworkFactory};
 
+use super::disk::OpenError;
 use super::log_store::LogStore;
 use super::stamp::{Clock, Stamper};
 use super::state_machine::{MakeRegistry, StateMachine};
@@ -14,6 +17,42 @@ use super::types::{Batch, Command, NodeId, Tick, TypeConfig};
 use crate::registry::{Op, Outcome};
 
 pub type WriteError = RaftError<TypeConfig, ClientWriteError<TypeConfig>>;
+
+/// Where a node keeps its Raft log, vote and snapshots.
+#[derive(Clone, Debug)]
+pub enum Storage {
+    /// Nowhere: a restarted node rejoins empty (for tests).
+    Memory,
+    /// Under `dir/raft/`, fsynced before they are acknowledged.
+    Dir(PathBuf),
+}
+
+/// Why a node did not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// Its Raft state could not be opened.
+    Open(OpenError),
+    Raft(Fatal<TypeConfig>),
+}
+
+impl fmt::Display for StartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StartError::Open(error) => error.fmt(f),
+            StartError::Raft(error) => write!(f, "Raft did not start: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// The log and the state machine under `dir/raft/`; the log first, as it
+/// takes the directory's lock.
+fn open(make: MakeRegistry, dir: &Path) -> Result<(LogStore, StateMachine), StartError> {
+    let log = LogStore::open(dir).map_err(StartError::Open)?;
+    let state = StateMachine::open(make, dir).map_err(StartError::Open)?;
+    Ok((log, state))
+}
 
 pub struct Node {
     pub id: NodeId,
@@ -23,20 +62,30 @@ pub struct Node {
 }
 
 impl Node {
-    /// Starts a node with an empty log and a registry from `make`.
+    /// Starts a node whose registries `make` makes, from what `storage`
+    /// holds: its saved snapshot and the log after it (or nothing).
     pub async fn start<N>(
         id: NodeId,
         config: Arc<Config>,
         network: N,
         make: MakeRegistry,
         clock: Clock,
-    ) -> Result<Node, Fatal<TypeConfig>>
+        storage: Storage,
+    ) -> Result<Node, StartError>
     where
         N: RaftNetworkFactory<TypeConfig>,
         N::Network: NetSnapshot<TypeConfig, SnapshotData = bytes::Bytes>,
     {
-        let state = StateMachine::new(make);
-        let raft = Raft::new(id, config, network, LogStore::default(), state.clone()).await?;
+        let (log, state) = match storage {
+            Storage::Memory => (LogStore::in_memory(), StateMachine::new(make)),
+            // Reading the files back blocks: off the runtime's threads.
+            Storage::Dir(dir) => tokio::task::spawn_blocking(move || open(make, &dir))
+                .await
+                .expect("opening the Raft state panicked")?,
+        };
+        let raft = Raft::new(id, config, network, log, state.clone())
+            .await
+            .map_err(StartError::Raft)?;
         Ok(Node {
             id,
             raft,

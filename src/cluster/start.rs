@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use super::core::{ClusterCore, Forwarder, Forwarding};
-use super::node::Node;
+use super::node::{Node, StartError, Storage};
 use super::stamp::{Anchor, Clock};
 use super::state_machine::MakeRegistry;
 use super::status::{Address, ClusterStatus};
@@ -37,6 +37,8 @@ pub struct Settings {
     /// How long a command may wait for its entry before it is answered
     /// `-UNCERTAIN`.
     pub patience: Duration,
+    /// Where the Raft log, vote and snapshots are kept.
+    pub storage: Storage,
 }
 
 impl Settings {
@@ -85,7 +87,7 @@ pub async fn start<N>(
     network: N,
     forward: Forwarder,
     make: MakeRegistry,
-) -> Result<Started, Fatal<TypeConfig>>
+) -> Result<Started, StartError>
 where
     N: RaftNetworkFactory<TypeConfig>,
     N::Network: NetSnapshot<TypeConfig, SnapshotData = bytes::Bytes>,
@@ -99,9 +101,12 @@ where
         network,
         make,
         anchor.clock(),
+        settings.storage.clone(),
     );
     let node = Arc::new(node.await?);
-    initialize(&node, &settings).await?;
+    initialize(&node, &settings)
+        .await
+        .map_err(StartError::Raft)?;
     let addresses = settings.addresses.clone();
     let status = tokio::spawn(publish_status(
         node.clone(),

@@ -10,8 +10,14 @@
 //! writes): the header, the last token and registry time, then every
 //! lease's and run's changes. Installing one replays it into a fresh
 //! registry, as loading the log at start-up does.
+//!
+//! A state machine opened on a directory ([`StateMachine::open`]) saves
+//! every snapshot it builds or installs there before reporting it done
+//! ([`super::snapshot_file`]), and starts from the saved one: openraft then
+//! replays only the log entries after it.
 
 use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::{Bytes, BytesMut};
@@ -20,6 +26,8 @@ use openraft::alias::{LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
 use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 
+use super::disk::{self, OpenError};
+use super::snapshot_file::{self, Meta};
 use super::types::{Batch, Command, Tick, TypeConfig};
 use crate::aof::format::{self, HEADER};
 use crate::registry::{Change, Op, Outcome, Registry};
@@ -99,14 +107,37 @@ pub struct Replica {
     make: MakeRegistry,
 }
 
+/// Where a durable state machine keeps its snapshot.
+struct Disk {
+    raft: PathBuf,
+    /// The last log id of the snapshot on disk: an older one (a build
+    /// racing an install) never replaces it.
+    saved: Mutex<Option<LogIdOf<TypeConfig>>>,
+}
+
+impl Disk {
+    fn save(&self, meta: &Meta, data: &[u8]) -> io::Result<()> {
+        let mut saved = self.saved.lock().expect("snapshot save lock");
+        if *saved > meta.last_log_id {
+            return Ok(());
+        }
+        snapshot_file::save(&self.raft, meta, data)?;
+        *saved = meta.last_log_id;
+        Ok(())
+    }
+}
+
 /// A node's state machine; clones share it, so the node (and a test) can
 /// read the registry openraft applies to.
 #[derive(Clone)]
 pub struct StateMachine {
     replica: Arc<Mutex<Replica>>,
+    /// `None` in memory: snapshots are lost with the process.
+    disk: Option<Arc<Disk>>,
 }
 
 impl StateMachine {
+    /// A state machine that keeps its snapshots in memory only.
     pub fn new(make: MakeRegistry) -> StateMachine {
         StateMachine {
             replica: Arc::new(Mutex::new(Replica {
@@ -116,7 +147,39 @@ impl StateMachine {
                 current: None,
                 make,
             })),
+            disk: None,
         }
+    }
+
+    /// A state machine that saves its snapshots under `dir/raft/`,
+    /// starting from the one saved there if any. Open it with the node's
+    /// [`super::log_store::LogStore`], which holds the directory's lock.
+    pub fn open(make: MakeRegistry, dir: &Path) -> Result<StateMachine, OpenError> {
+        let raft = disk::raft_dir(dir)?;
+        let loaded = snapshot_file::load(&raft)?;
+        let mut machine = StateMachine::new(make.clone());
+        let mut saved = None;
+        if let Some((meta, data)) = loaded {
+            let mut registry = make();
+            decode_into(&mut registry, &data).map_err(|error| {
+                let why = format!("its registry does not replay: {error}");
+                OpenError::corrupt(&raft.join("snapshot"), 0, why)
+            })?;
+            let mut replica = machine.lock();
+            replica.registry = registry;
+            replica.last_applied = meta.last_log_id;
+            replica.membership = meta.last_membership.clone();
+            saved = meta.last_log_id;
+            replica.current = Some(SnapshotOf::<TypeConfig, Bytes> {
+                meta,
+                snapshot: data,
+            });
+        }
+        machine.disk = Some(Arc::new(Disk {
+            raft,
+            saved: Mutex::new(saved),
+        }));
+        Ok(machine)
     }
 
     /// The replica, locked: never hold it across an await.
@@ -131,24 +194,47 @@ impl StateMachine {
     }
 
     fn snapshot_now(&self) -> SnapshotOf<TypeConfig, Bytes> {
-        let mut replica = self.lock();
-        let snapshot = SnapshotOf::<TypeConfig, Bytes> {
+        let replica = self.lock();
+        SnapshotOf::<TypeConfig, Bytes> {
             meta: SnapshotMetaOf::<TypeConfig> {
                 last_log_id: replica.last_applied,
                 last_membership: replica.membership.clone(),
             },
             snapshot: encode_registry(&replica.registry),
+        }
+    }
+
+    /// Saves `snapshot` durably (off the runtime's threads), then makes it
+    /// the current one unless a newer one already is.
+    async fn keep(&self, snapshot: &SnapshotOf<TypeConfig, Bytes>) -> io::Result<()> {
+        if let Some(disk) = &self.disk {
+            let disk = disk.clone();
+            let meta = snapshot.meta.clone();
+            let data = snapshot.snapshot.clone();
+            tokio::task::spawn_blocking(move || disk.save(&meta, &data))
+                .await
+                .map_err(io::Error::other)??;
+        }
+        let mut replica = self.lock();
+        let superseded = |current: &SnapshotOf<TypeConfig, Bytes>| {
+            current.meta.last_log_id <= snapshot.meta.last_log_id
         };
-        replica.current = Some(snapshot.clone());
-        snapshot
+        if replica.current.as_ref().is_none_or(superseded) {
+            replica.current = Some(snapshot.clone());
+        }
+        Ok(())
     }
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     type SnapshotData = Bytes;
 
+    /// Reported built only once saved: openraft then purges the log it
+    /// covers.
     async fn build_snapshot(&mut self) -> Result<SnapshotOf<TypeConfig, Bytes>, io::Error> {
-        Ok(self.snapshot_now())
+        let snapshot = self.snapshot_now();
+        self.keep(&snapshot).await?;
+        Ok(snapshot)
     }
 }
 
@@ -203,16 +289,20 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         meta: &SnapshotMetaOf<TypeConfig>,
         snapshot: Bytes,
     ) -> Result<(), io::Error> {
-        let mut replica = self.lock();
-        let mut registry = (replica.make)();
+        let make = self.lock().make.clone();
+        let mut registry = make();
         decode_into(&mut registry, &snapshot)?;
+        let snapshot = SnapshotOf::<TypeConfig, Bytes> {
+            meta: meta.clone(),
+            snapshot,
+        };
+        // Saved before it takes effect: openraft purges the log it covers
+        // once this returns.
+        self.keep(&snapshot).await?;
+        let mut replica = self.lock();
         replica.registry = registry;
         replica.last_applied = meta.last_log_id;
         replica.membership = meta.last_membership.clone();
-        replica.current = Some(SnapshotOf::<TypeConfig, Bytes> {
-            meta: meta.clone(),
-            snapshot,
-        });
         Ok(())
     }
 

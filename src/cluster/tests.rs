@@ -1,19 +1,24 @@
 //! Three nodes in one process: elections, writes through the leader,
 //! replicas that agree with a single registry, and failover that keeps
-//! fencing tokens growing.
+//! fencing tokens growing; nodes restarted from their directories
+//! ([`restart`]).
+
+mod restart;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use openraft::async_runtime::WatchReceiver;
 use openraft::{BasicNode, Config};
+use tempfile::TempDir;
 
+use super::disk::OpenError;
 use super::network::{Links, Router};
 use super::node::Node;
-use super::node::WriteError;
+use super::node::{StartError, Storage, WriteError};
 use super::stamp::Clock;
 use super::state_machine::apply_tick;
 use super::state_machine::{MakeRegistry, apply_batch, decode_into, encode_registry};
@@ -113,51 +118,111 @@ struct Cluster {
     clocks: HashMap<NodeId, TestClock>,
     /// Every committed batch, in log order, with its outcomes.
     history: Vec<(Command, Vec<Outcome>)>,
+    config: Arc<Config>,
+    /// Each node's data directory, if the nodes keep their Raft state on
+    /// disk.
+    dirs: HashMap<NodeId, TempDir>,
+}
+
+fn config() -> Arc<Config> {
+    Arc::new(
+        Config {
+            // Generous for a loaded machine: a leader that misses
+            // heartbeats steps down, and writes are retried.
+            heartbeat_interval: 100,
+            election_timeout_min: 800,
+            election_timeout_max: 1600,
+            // A snapshot purges the whole log it covers: a node that
+            // missed those entries must be sent the snapshot.
+            max_in_snapshot_log_to_keep: 0,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap(),
+    )
 }
 
 impl Cluster {
+    /// Nodes that keep their Raft state in memory.
     async fn start(ids: &[NodeId], at: f64) -> Cluster {
-        let config = Arc::new(
-            Config {
-                // Generous for a loaded machine: a leader that misses
-                // heartbeats steps down, and writes are retried.
-                heartbeat_interval: 100,
-                election_timeout_min: 800,
-                election_timeout_max: 1600,
-                // A snapshot purges the whole log it covers: a node that
-                // missed those entries must be sent the snapshot.
-                max_in_snapshot_log_to_keep: 0,
-                ..Default::default()
-            }
-            .validate()
-            .unwrap(),
-        );
-        let router = Arc::new(Router::default());
-        let mut nodes = BTreeMap::new();
-        let mut clocks = HashMap::new();
+        Cluster::start_with(ids, at, false).await
+    }
+
+    /// Nodes that keep their Raft state in a temporary directory each.
+    async fn start_on_disk(ids: &[NodeId], at: f64) -> Cluster {
+        Cluster::start_with(ids, at, true).await
+    }
+
+    async fn start_with(ids: &[NodeId], at: f64, on_disk: bool) -> Cluster {
+        let mut cluster = Cluster {
+            router: Arc::new(Router::default()),
+            nodes: BTreeMap::new(),
+            clocks: HashMap::new(),
+            history: Vec::new(),
+            config: config(),
+            dirs: HashMap::new(),
+        };
         for &id in ids {
+            if on_disk {
+                cluster.dirs.insert(id, tempfile::tempdir().unwrap());
+            }
             let clock = TestClock::default();
             clock.set(at);
-            let links = Links {
-                from: id,
-                router: router.clone(),
-            };
-            let node = Node::start(id, config.clone(), links, make(), clock.clock())
-                .await
-                .unwrap();
-            router.add(id, node.raft.clone());
-            nodes.insert(id, node);
-            clocks.insert(id, clock);
+            cluster.clocks.insert(id, clock);
+            cluster.start_node(id).await;
         }
         let members: BTreeMap<NodeId, BasicNode> =
             ids.iter().map(|&id| (id, BasicNode::default())).collect();
-        nodes[&ids[0]].raft.initialize(members).await.unwrap();
-        Cluster {
-            router,
-            nodes,
-            clocks,
-            history: Vec::new(),
-        }
+        cluster.nodes[&ids[0]]
+            .raft
+            .initialize(members)
+            .await
+            .unwrap();
+        cluster
+    }
+
+    /// Starts node `id` from its storage (again, after [`Cluster::stop`])
+    /// and puts it on the network.
+    async fn start_node(&mut self, id: NodeId) {
+        let links = Links {
+            from: id,
+            router: self.router.clone(),
+        };
+        let storage = match self.dirs.get(&id) {
+            Some(dir) => Storage::Dir(dir.path().to_path_buf()),
+            None => Storage::Memory,
+        };
+        let clock = self.clocks[&id].clock();
+        let deadline = Instant::now() + WAIT;
+        let node = loop {
+            let started = Node::start(
+                id,
+                self.config.clone(),
+                links.clone(),
+                make(),
+                clock.clone(),
+                storage.clone(),
+            )
+            .await;
+            match started {
+                // A stopped node's log writer lets go of the directory
+                // once the writes queued before are done.
+                Err(StartError::Open(OpenError::Locked { .. })) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                started => break started.unwrap(),
+            }
+        };
+        self.router.add(id, node.raft.clone());
+        self.nodes.insert(id, node);
+    }
+
+    /// Takes node `id` off the network and shuts its Raft down; what it
+    /// keeps is what is in its directory.
+    async fn stop(&mut self, id: NodeId) {
+        self.router.remove(id);
+        let node = self.nodes.remove(&id).unwrap();
+        node.raft.shutdown().await.unwrap();
     }
 
     fn set_clocks(&self, seconds: f64) {
