@@ -20,7 +20,7 @@ use super::stamp::{Anchor, Clock};
 use super::state_machine::MakeRegistry;
 use super::status::{Address, ClusterStatus};
 use super::types::{NodeId, TypeConfig};
-use crate::core::{CoreHandle, QUEUE_DEPTH};
+use crate::core::{CoreHandle, QUEUE_DEPTH, publish_applied};
 use crate::state::Shared;
 
 /// What a node needs to know to join its cluster.
@@ -104,6 +104,9 @@ where
         settings.storage.clone(),
     );
     let node = Arc::new(node.await?);
+    let events = shared.clone();
+    let publish = move |registry: &mut _| publish_applied(registry, &events.pubsub);
+    node.state.set_on_applied(Arc::new(publish));
     initialize(&node, &settings)
         .await
         .map_err(StartError::Raft)?;

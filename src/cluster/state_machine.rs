@@ -105,7 +105,14 @@ pub struct Replica {
     membership: StoredMembershipOf<TypeConfig>,
     current: Option<SnapshotOf<TypeConfig, Bytes>>,
     make: MakeRegistry,
+    /// Called after each entry is applied: this node publishes the events
+    /// of the entries it applies (what it does is no part of the
+    /// replicated state).
+    on_applied: Option<OnApplied>,
 }
+
+/// What a node does after applying an entry, with its registry.
+pub type OnApplied = Arc<dyn Fn(&mut Registry) + Send + Sync>;
 
 /// Where a durable state machine keeps its snapshot.
 struct Disk {
@@ -146,6 +153,7 @@ impl StateMachine {
                 membership: Default::default(),
                 current: None,
                 make,
+                on_applied: None,
             })),
             disk: None,
         }
@@ -180,6 +188,11 @@ impl StateMachine {
             saved: Mutex::new(saved),
         }));
         Ok(machine)
+    }
+
+    /// Sets what happens after each entry is applied.
+    pub fn set_on_applied(&self, on_applied: OnApplied) {
+        self.lock().on_applied = Some(on_applied);
     }
 
     /// The replica, locked: never hold it across an await.
@@ -258,7 +271,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             let outcomes = {
                 let mut replica = self.lock();
                 replica.last_applied = Some(entry.log_id);
-                match entry.payload {
+                let outcomes = match entry.payload {
                     EntryPayload::Blank => Vec::new(),
                     EntryPayload::Normal(Command::Batch(batch)) => {
                         apply_batch(&mut replica.registry, &batch)
@@ -271,7 +284,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                             StoredMembershipOf::<TypeConfig>::new(Some(entry.log_id), membership);
                         Vec::new()
                     }
+                };
+                if let Some(on_applied) = replica.on_applied.clone() {
+                    on_applied(&mut replica.registry);
                 }
+                outcomes
             };
             if let Some(responder) = responder {
                 responder.send(outcomes);

@@ -63,6 +63,7 @@ use crate::state::Shared;
 use task::Core;
 use tokens::Tokens;
 
+pub(crate) use publish::publish_applied;
 pub use report::{CommandStats, CoreReport};
 pub use tokens::{CeilingError, TOKEN_BLOCK};
 pub use waiters::Granted;

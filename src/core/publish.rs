@@ -16,7 +16,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 use tokio::time::Instant;
 
 use super::task::{Core, Round};
-use crate::registry::{Event, EventKind, Op};
+use crate::pubsub::PubSub;
+use crate::registry::{Event, EventKind, Op, Registry};
 
 /// The least time between two announcements of expiries: a burst of
 /// leases expiring one after another is announced in batches.
@@ -58,10 +59,7 @@ impl Core {
             }
             if listening {
                 self.stats.events += 1;
-                run_channel(&event, &mut channel);
-                pubsub.publish(&channel, || run_payload(&event));
-                event_channel(&event, &mut channel);
-                pubsub.publish(&channel, || event_payload(&event));
+                publish_event(pubsub, &event, &mut channel);
             }
         }
     }
@@ -89,6 +87,32 @@ impl Core {
         let earliest = self.last_announce.map(|at| at + ANNOUNCE_EVERY);
         Some(earliest.map_or(next, |earliest| next.max(earliest)))
     }
+}
+
+/// Cluster mode, after a replica applies an entry: makes events while
+/// someone here subscribes, announces the leases expired by registry time
+/// (the leader's stamps move it), and publishes what the entry made.
+pub(crate) fn publish_applied(registry: &mut Registry, pubsub: &PubSub) {
+    let listening = pubsub.active();
+    if listening != registry.emitting() {
+        registry.set_emitting(listening, pubsub.active_since());
+    }
+    if !listening {
+        return;
+    }
+    registry.apply(&Op::AnnounceExpired, registry.time());
+    let mut channel = Vec::new();
+    for event in registry.take_events() {
+        publish_event(pubsub, &event, &mut channel);
+    }
+}
+
+/// One event on its run's channel and on its kind's.
+fn publish_event(pubsub: &PubSub, event: &Event, channel: &mut Vec<u8>) {
+    run_channel(event, channel);
+    pubsub.publish(channel, || run_payload(event));
+    event_channel(event, channel);
+    pubsub.publish(channel, || event_payload(event));
 }
 
 /// `__lease__:<run_id>`, into `out`.
