@@ -14,6 +14,7 @@
 //! tests (an in-process router); the server does not use this module yet.
 //! docs/cluster.md says what is built and what is not.
 
+pub mod bus;
 pub mod log_store;
 pub mod node;
 pub mod stamp;
