@@ -9,7 +9,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::FutureExt;
 use openraft::async_runtime::WatchReceiver;
-use openraft::{BasicNode, Config};
+use openraft::error::RPCError;
+use openraft::network::RPCOption;
+use openraft::raft::AppendEntriesRequest;
+use openraft::{BasicNode, Config, RaftNetworkFactory, RaftNetworkV2};
 use tokio::io::{AsyncReadExt, duplex};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -23,7 +26,7 @@ use crate::cluster::node::Node;
 use crate::cluster::tests::{
     RETRIES, RETRY_AFTER, TestClock, WAIT, acquire, acquired, make, retry_or, state,
 };
-use crate::cluster::types::{ClusterRefusal, Forward, Forwarded, NodeId};
+use crate::cluster::types::{ClusterRefusal, Forward, Forwarded, NodeId, TypeConfig};
 use crate::registry::Outcome;
 
 fn forward(runs: &[&str]) -> Forward {
@@ -191,6 +194,9 @@ fn config() -> Arc<Config> {
             heartbeat_interval: 100,
             election_timeout_min: 800,
             election_timeout_max: 1600,
+            // A snapshot purges the whole log it covers: a node that
+            // joins later must be sent the snapshot.
+            max_in_snapshot_log_to_keep: 0,
             ..Default::default()
         }
         .validate()
@@ -445,6 +451,83 @@ async fn a_stopped_leader_is_replaced_over_tcp() {
     let new = leader(&nodes, &rest).await;
     agree(&nodes, new, &rest).await;
     stop(nodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_joining_after_a_purge_is_sent_the_snapshot_over_tcp() {
+    let secret = Some(Bytes::from_static(b"s3cret"));
+    let mut nodes = three(secret.clone()).await;
+    let ids = [1, 2, 3];
+    for run in ["a", "b", "c"] {
+        write(&nodes, &ids, vec![acquire(run, "w", 10.0)]).await;
+    }
+    let leader = leader(&nodes, &ids).await;
+    let raft = nodes[&leader].node.raft.clone();
+    let index = nodes[&leader].node.state.last_applied_index();
+    raft.trigger().snapshot().await.unwrap();
+    let purged = |m: &openraft::RaftMetrics<_>| {
+        m.snapshot.map(|id| id.index) >= index && m.purged.map(|id| id.index) >= index
+    };
+    raft.wait(Some(WAIT))
+        .metrics(purged, "snapshot and purge")
+        .await
+        .unwrap();
+
+    let listener = listeners(1).await.pop().unwrap();
+    let joining = BusNode::start(4, listener, secret, write_handler).await;
+    let addr = BasicNode::new(&joining.addr);
+    nodes.insert(4, joining);
+    raft.add_learner(4, addr, true).await.unwrap();
+    let learner = nodes[&4].node.raft.clone();
+    let sent = |m: &openraft::RaftMetrics<_>| m.snapshot.map(|id| id.index) >= index;
+    learner
+        .wait(Some(WAIT))
+        .metrics(sent, "snapshot installed")
+        .await
+        .unwrap();
+    agree(&nodes, leader, &[1, 2, 3, 4]).await;
+    stop(nodes).await;
+}
+
+/// A peer that takes the handshake and never answers a call.
+async fn mute() -> (String, JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let task = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        admit(&mut stream, 2, None).await.unwrap();
+        let mut rest = Vec::new();
+        let _ = stream.read_to_end(&mut rest).await;
+    });
+    (addr, task)
+}
+
+fn heartbeat() -> AppendEntriesRequest<TypeConfig> {
+    AppendEntriesRequest {
+        vote: openraft::Vote::new_committed(1, 1),
+        prev_log_id: None,
+        entries: vec![],
+        leader_commit: None,
+    }
+}
+
+#[tokio::test]
+async fn an_rpc_to_nobody_is_unreachable_and_a_mute_peer_times_out() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let nobody = listener.local_addr().unwrap().to_string();
+    drop(listener);
+    let mut bus = Bus::new(1, None);
+    let option = RPCOption::new(Duration::from_millis(400));
+    let mut peer = bus.new_client(2, &BasicNode::new(&nobody)).await;
+    let sent = peer.append_entries(heartbeat(), option.clone()).await;
+    assert!(matches!(sent, Err(RPCError::Unreachable(_))), "{sent:?}");
+
+    let (mute, task) = mute().await;
+    let mut peer = bus.new_client(2, &BasicNode::new(&mute)).await;
+    let sent = peer.append_entries(heartbeat(), option).await;
+    assert!(matches!(sent, Err(RPCError::Timeout(_))), "{sent:?}");
+    drop(peer);
+    task.abort();
 }
 
 // Forwarding's failures.
