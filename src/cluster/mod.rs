@@ -10,8 +10,9 @@
 //!
 //! This is the first slice: the types ([`types`]), the state machine and
 //! its snapshots, an in-memory log ([`log_store`]) and a node that writes
-//! through its Raft ([`node`]). The network between nodes exists only in
-//! tests (an in-process router); the server does not use this module yet.
+//! through its Raft ([`node`]), and the node bus ([`bus`]): TCP between
+//! nodes for openraft's RPCs and forwarded commands. Tests also use an
+//! in-process router; the server does not use this module yet.
 //! docs/cluster.md says what is built and what is not.
 
 pub mod bus;
