@@ -50,6 +50,14 @@ impl Bus {
         }
     }
 
+    /// The same bus, connecting to its peers in TLS with `connector` (whose
+    /// configuration holds the CA that signs the nodes' certificates, and
+    /// this node's certificate if the peers ask for one).
+    pub fn with_tls(mut self, connector: tokio_rustls::TlsConnector) -> Bus {
+        self.pool = self.pool.with_tls(connector);
+        self
+    }
+
     /// The same bus with another deadline for [`Bus::forward`].
     pub fn with_forward_timeout(mut self, timeout: Duration) -> Bus {
         self.forward_timeout = timeout;

@@ -9,6 +9,9 @@
 //! time: appends, votes (and heartbeats), snapshots and forwards each have
 //! connections of their own, so none waits behind another.
 //!
+//! With TLS ([`Bus::with_tls`], [`serve_tls`]) the bus handshake runs
+//! inside it.
+//!
 //! A node makes its [`Bus`] first (it is openraft's network factory), then
 //! its Raft with it, then [`serve`]s the bus with that Raft.
 
@@ -20,7 +23,7 @@ pub mod server;
 pub mod wire;
 
 pub use client::{Bus, ForwardError, Peer};
-pub use server::{ForwardHandler, serve};
+pub use server::{ForwardHandler, serve, serve_tls};
 
 #[cfg(test)]
 mod tests;

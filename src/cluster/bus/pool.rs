@@ -2,6 +2,8 @@
 //! each, kept per (address, kind) for the next call once a call on them
 //! succeeded.
 //!
+//! With a TLS connector, every connection is TLS under the handshake.
+//!
 //! A connection is taken out of the pool for the length of a call and put
 //! back only when the call got its answer. A call that fails, times out or
 //! is dropped by its caller (openraft drops RPCs past their deadline)
@@ -16,6 +18,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::rustls::pki_types::ServerName;
+use tokio_util::either::Either;
 
 use super::frame::{self, MAX_FRAME, read_frame};
 use super::handshake::introduce;
@@ -26,8 +32,11 @@ use crate::cluster::types::NodeId;
 /// node are mostly one at a time, but forwarded commands are not.
 const MAX_IDLE: usize = 4;
 
+/// A connection, in TLS or not.
+type Conn = Either<TcpStream, TlsStream<TcpStream>>;
+
 /// Idle connections by the address and kind they were opened for.
-type Idle = HashMap<(String, Kind), Vec<TcpStream>>;
+type Idle = HashMap<(String, Kind), Vec<Conn>>;
 
 /// How a call failed, by what the peer may have seen of it.
 #[derive(Debug)]
@@ -47,6 +56,8 @@ pub struct Pool {
     me: NodeId,
     secret: Option<Bytes>,
     connect_timeout: Duration,
+    /// TLS for every connection, if set.
+    tls: Option<TlsConnector>,
     idle: Arc<Mutex<Idle>>,
 }
 
@@ -56,8 +67,15 @@ impl Pool {
             me,
             secret,
             connect_timeout,
+            tls: None,
             idle: Arc::default(),
         }
+    }
+
+    /// The same pool, connecting in TLS with `connector`.
+    pub fn with_tls(mut self, connector: TlsConnector) -> Pool {
+        self.tls = Some(connector);
+        self
     }
 
     pub fn me(&self) -> NodeId {
@@ -115,7 +133,7 @@ impl Pool {
         addr: &str,
         kind: Kind,
         expected: Option<NodeId>,
-    ) -> Result<TcpStream, CallError> {
+    ) -> Result<Conn, CallError> {
         let hello = Hello {
             protocol: PROTOCOL,
             from: self.me,
@@ -123,8 +141,9 @@ impl Pool {
         };
         let secret = self.secret.as_deref();
         let dialled = tokio::time::timeout(self.connect_timeout, async {
-            let mut stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+            let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
             stream.set_nodelay(true).map_err(|e| e.to_string())?;
+            let mut stream = self.secure(addr, stream).await?;
             introduce(&mut stream, hello, secret, expected)
                 .await
                 .map_err(|e| e.to_string())?;
@@ -140,9 +159,25 @@ impl Pool {
         }
     }
 
+    /// `stream` in TLS, if the pool has it, checking the certificate
+    /// names `addr`'s host.
+    async fn secure(&self, addr: &str, stream: TcpStream) -> Result<Conn, String> {
+        let Some(connector) = &self.tls else {
+            return Ok(Either::Left(stream));
+        };
+        let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let name = ServerName::try_from(host.to_string()).map_err(|e| format!("{host}: {e}"))?;
+        let stream = connector
+            .connect(name, stream)
+            .await
+            .map_err(|e| format!("TLS: {e}"))?;
+        Ok(Either::Right(stream))
+    }
+
     /// An idle connection the peer has not closed meanwhile (a server
     /// that restarted closed them all); one it closed is dropped.
-    fn take_idle(&self, addr: &str, kind: Kind) -> Option<TcpStream> {
+    fn take_idle(&self, addr: &str, kind: Kind) -> Option<Conn> {
         let mut idle = self.idle.lock().unwrap();
         let streams = idle.get_mut(&(addr.to_string(), kind))?;
         while let Some(stream) = streams.pop() {
@@ -153,7 +188,7 @@ impl Pool {
         None
     }
 
-    fn put_idle(&self, addr: &str, kind: Kind, stream: TcpStream) {
+    fn put_idle(&self, addr: &str, kind: Kind, stream: Conn) {
         let mut idle = self.idle.lock().unwrap();
         let streams = idle.entry((addr.to_string(), kind)).or_default();
         if streams.len() < MAX_IDLE {
@@ -162,14 +197,19 @@ impl Pool {
     }
 }
 
-/// Whether an idle connection still looks usable: nothing to read (a
-/// closed one reads its end, an error, or bytes nobody asked for).
-fn open(stream: &TcpStream) -> bool {
+/// Whether an idle connection still looks usable: nothing to read on its
+/// socket (a closed one reads its end, an error, or bytes nobody asked
+/// for, a TLS close alert among them).
+fn open(conn: &Conn) -> bool {
+    let stream = match conn {
+        Either::Left(stream) => stream,
+        Either::Right(tls) => tls.get_ref().0,
+    };
     let mut byte = [0; 1];
     matches!(stream.try_read(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }
 
-async fn write_all(stream: &mut TcpStream, bytes: &[u8]) -> io::Result<()> {
+async fn write_all(stream: &mut Conn, bytes: &[u8]) -> io::Result<()> {
     stream.write_all(bytes).await?;
     stream.flush().await
 }

@@ -16,8 +16,10 @@ use futures_util::future::BoxFuture;
 use openraft::Raft;
 use openraft::async_runtime::WatchReceiver;
 use openraft::storage::Snapshot;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use super::frame::{FrameError, MAX_FRAME, read_frame, write_frame};
@@ -42,6 +44,7 @@ struct Context {
     raft: Raft<TypeConfig, StateMachine>,
     forward: ForwardHandler,
     secret: Option<Bytes>,
+    tls: Option<TlsAcceptor>,
     warned: Warned,
 }
 
@@ -54,12 +57,37 @@ pub async fn serve(
     secret: Option<Bytes>,
     shutdown: CancellationToken,
 ) {
+    serve_with(listener, raft, forward, secret, None, shutdown).await
+}
+
+/// [`serve`] in TLS: every peer's connection goes through `acceptor`
+/// (which may require client certificates) before the bus handshake.
+pub async fn serve_tls(
+    listener: TcpListener,
+    raft: Raft<TypeConfig, StateMachine>,
+    forward: ForwardHandler,
+    secret: Option<Bytes>,
+    acceptor: TlsAcceptor,
+    shutdown: CancellationToken,
+) {
+    serve_with(listener, raft, forward, secret, Some(acceptor), shutdown).await
+}
+
+async fn serve_with(
+    listener: TcpListener,
+    raft: Raft<TypeConfig, StateMachine>,
+    forward: ForwardHandler,
+    secret: Option<Bytes>,
+    tls: Option<TlsAcceptor>,
+    shutdown: CancellationToken,
+) {
     let me = raft.metrics().borrow_watched().id;
     let context = Arc::new(Context {
         me,
         raft,
         forward,
         secret,
+        tls,
         warned: Warned::default(),
     });
     let mut connections = JoinSet::new();
@@ -84,9 +112,28 @@ pub async fn serve(
     connections.shutdown().await;
 }
 
-/// One peer's connection: the handshake, then its calls until it closes.
-async fn connection(mut stream: TcpStream, peer: SocketAddr, context: Arc<Context>) {
+/// One peer's connection: TLS if the server has it, then the session.
+async fn connection(stream: TcpStream, peer: SocketAddr, context: Arc<Context>) {
     let _ = stream.set_nodelay(true);
+    let Some(acceptor) = &context.tls else {
+        return session(stream, peer, &context).await;
+    };
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => session(stream, peer, &context).await,
+        Ok(Err(error)) => {
+            if context.warned.first_in_a_while(peer.ip()) {
+                tracing::warn!("bus: TLS handshake with {peer} failed: {error}");
+            }
+        }
+        Err(_) => tracing::debug!("bus: no TLS handshake from {peer} within {HANDSHAKE_TIMEOUT:?}"),
+    }
+}
+
+/// The bus handshake, then the peer's calls until it closes.
+async fn session<S>(mut stream: S, peer: SocketAddr, context: &Context)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let secret = context.secret.as_deref();
     let admitted =
         tokio::time::timeout(HANDSHAKE_TIMEOUT, admit(&mut stream, context.me, secret)).await;
@@ -121,7 +168,7 @@ async fn connection(mut stream: TcpStream, peer: SocketAddr, context: Arc<Contex
                 return;
             }
         };
-        let response = answer(&context, request).await;
+        let response = answer(context, request).await;
         if let Err(error) = write_frame(&mut stream, &response).await {
             tracing::debug!("bus: cannot answer node {node} at {peer}: {error}");
             return;

@@ -13,15 +13,24 @@ use openraft::error::RPCError;
 use openraft::network::RPCOption;
 use openraft::raft::AppendEntriesRequest;
 use openraft::{BasicNode, Config, RaftNetworkFactory, RaftNetworkV2};
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose,
+};
 use tokio::io::{AsyncReadExt, duplex};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
+use tokio_rustls::rustls::crypto::ring;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio_rustls::rustls::server::WebPkiClientVerifier;
+use tokio_rustls::rustls::{ClientConfig, RootCertStore, ServerConfig};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tokio_util::sync::CancellationToken;
 
 use super::frame::{FrameError, MAX_HANDSHAKE_FRAME, encode, read_frame, write_frame};
 use super::handshake::{HandshakeError, Refusal, admit, introduce, prove};
 use super::wire::{Challenge, Hello, Kind, PROTOCOL, Proof, Verdict};
-use super::{Bus, ForwardError, ForwardHandler, serve};
+use super::{Bus, ForwardError, ForwardHandler, serve, serve_tls};
 use crate::cluster::node::Node;
 use crate::cluster::tests::{
     RETRIES, RETRY_AFTER, TestClock, WAIT, acquire, acquired, make, retry_or, state,
@@ -221,25 +230,31 @@ impl BusNode {
         id: NodeId,
         listener: TcpListener,
         secret: Option<Bytes>,
+        tls: Option<&Pki>,
         handler: impl FnOnce(Arc<Node>) -> ForwardHandler,
     ) -> BusNode {
         let addr = listener.local_addr().unwrap().to_string();
         let clock = TestClock::default();
         clock.set(1000.0);
-        let bus = Bus::new(id, secret.clone());
+        let mut bus = Bus::new(id, secret.clone());
+        if let Some(pki) = tls {
+            bus = bus.with_tls(pki.connector(true));
+        }
         let node = Node::start(id, config(), bus.clone(), make(), clock.clock())
             .await
             .unwrap();
         let node = Arc::new(node);
         let shutdown = CancellationToken::new();
         let handler = handler(node.clone());
-        let server = Some(tokio::spawn(serve(
-            listener,
-            node.raft.clone(),
-            handler,
-            secret,
-            shutdown.clone(),
-        )));
+        let raft = node.raft.clone();
+        let serving = match tls {
+            Some(pki) => {
+                let acceptor = pki.acceptor();
+                serve_tls(listener, raft, handler, secret, acceptor, shutdown.clone()).boxed()
+            }
+            None => serve(listener, raft, handler, secret, shutdown.clone()).boxed(),
+        };
+        let server = Some(tokio::spawn(serving));
         BusNode {
             node,
             bus,
@@ -285,13 +300,11 @@ async fn listeners(count: usize) -> Vec<TcpListener> {
 }
 
 /// Three nodes (ids 1, 2, 3) whose membership names their bus addresses.
-async fn three(secret: Option<Bytes>) -> BTreeMap<NodeId, BusNode> {
+async fn three(secret: Option<Bytes>, tls: Option<&Pki>) -> BTreeMap<NodeId, BusNode> {
     let mut nodes = BTreeMap::new();
     for (id, listener) in (1..).zip(listeners(3).await) {
-        nodes.insert(
-            id,
-            BusNode::start(id, listener, secret.clone(), write_handler).await,
-        );
+        let node = BusNode::start(id, listener, secret.clone(), tls, write_handler).await;
+        nodes.insert(id, node);
     }
     let members: BTreeMap<NodeId, BasicNode> = nodes
         .iter()
@@ -405,7 +418,7 @@ async fn forward_to_leader(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_replicate_and_forward_over_tcp() {
-    let mut nodes = three(Some(Bytes::from_static(b"s3cret"))).await;
+    let mut nodes = three(Some(Bytes::from_static(b"s3cret")), None).await;
     let ids = [1, 2, 3];
     let first = write(&nodes, &ids, vec![acquire("a", "w1", 10.0)]).await;
     let a = acquired(&first[0]);
@@ -434,7 +447,7 @@ async fn three_nodes_replicate_and_forward_over_tcp() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_leader_is_replaced_over_tcp() {
-    let mut nodes = three(None).await;
+    let mut nodes = three(None, None).await;
     let ids = [1, 2, 3];
     let a = acquired(&write(&nodes, &ids, vec![acquire("a", "w", 10.0)]).await[0]);
     let old = leader(&nodes, &ids).await;
@@ -456,7 +469,7 @@ async fn a_stopped_leader_is_replaced_over_tcp() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_joining_after_a_purge_is_sent_the_snapshot_over_tcp() {
     let secret = Some(Bytes::from_static(b"s3cret"));
-    let mut nodes = three(secret.clone()).await;
+    let mut nodes = three(secret.clone(), None).await;
     let ids = [1, 2, 3];
     for run in ["a", "b", "c"] {
         write(&nodes, &ids, vec![acquire(run, "w", 10.0)]).await;
@@ -474,7 +487,7 @@ async fn a_node_joining_after_a_purge_is_sent_the_snapshot_over_tcp() {
         .unwrap();
 
     let listener = listeners(1).await.pop().unwrap();
-    let joining = BusNode::start(4, listener, secret, write_handler).await;
+    let joining = BusNode::start(4, listener, secret, None, write_handler).await;
     let addr = BasicNode::new(&joining.addr);
     nodes.insert(4, joining);
     raft.add_learner(4, addr, true).await.unwrap();
@@ -533,9 +546,9 @@ async fn an_rpc_to_nobody_is_unreachable_and_a_mute_peer_times_out() {
 // Forwarding's failures.
 
 /// A node that serves the bus with `handler` and is never initialised.
-async fn lone(handler: ForwardHandler, secret: Option<Bytes>) -> BusNode {
+async fn lone(handler: ForwardHandler, secret: Option<Bytes>, tls: Option<&Pki>) -> BusNode {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    BusNode::start(9, listener, secret, |_| handler).await
+    BusNode::start(9, listener, secret, tls, |_| handler).await
 }
 
 #[tokio::test]
@@ -550,7 +563,7 @@ async fn a_forward_nobody_listens_to_is_not_sent() {
 #[tokio::test]
 async fn a_forward_left_unanswered_has_no_answer() {
     let never: ForwardHandler = Arc::new(|_| futures_util::future::pending().boxed());
-    let mut node = lone(never, None).await;
+    let mut node = lone(never, None, None).await;
     let bus = Bus::new(1, None).with_forward_timeout(Duration::from_millis(300));
     let sent = bus.forward(&node.addr, forward(&["a"])).await;
     assert!(matches!(sent, Err(ForwardError::NoAnswer(_))), "{sent:?}");
@@ -558,14 +571,18 @@ async fn a_forward_left_unanswered_has_no_answer() {
     node.node.raft.shutdown().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_forward_with_the_wrong_secret_is_not_sent_and_closed() {
-    let echo: ForwardHandler = Arc::new(|forward: Forward| {
+/// Answers every op with `Flag(true)`.
+fn echo() -> ForwardHandler {
+    Arc::new(|forward: Forward| {
         let answers = vec![Forwarded::Outcome(Outcome::Flag(true)); forward.ops.len()];
         async move { answers }.boxed()
-    });
+    })
+}
+
+#[tokio::test]
+async fn a_forward_with_the_wrong_secret_is_not_sent_and_closed() {
     let secret = Bytes::from_static(b"s3cret");
-    let mut node = lone(echo, Some(secret.clone())).await;
+    let mut node = lone(echo(), Some(secret.clone()), None).await;
 
     let right = Bus::new(1, Some(secret))
         .forward(&node.addr, forward(&["a"]))
@@ -594,6 +611,116 @@ async fn a_forward_with_the_wrong_secret_is_not_sent_and_closed() {
     let closed = tokio::time::timeout(WAIT, stream.read_to_end(&mut rest)).await;
     assert_eq!(closed.unwrap().unwrap(), 0);
 
+    node.stop_serving().await;
+    node.node.raft.shutdown().await.unwrap();
+}
+
+// TLS.
+
+/// A CA, and the one certificate it signed that every node uses, as
+/// server and as client, for 127.0.0.1.
+struct Pki {
+    ca: CertificateDer<'static>,
+    cert: CertificateDer<'static>,
+    key: Vec<u8>,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, "bus CA");
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+        let mut params = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+        params.distinguished_name.push(DnType::CommonName, "node");
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &ca).unwrap();
+        Pki {
+            ca: ca.der().clone(),
+            cert: cert.der().clone(),
+            key: key.serialize_der(),
+        }
+    }
+
+    fn roots(&self) -> Arc<RootCertStore> {
+        let mut roots = RootCertStore::empty();
+        roots.add(self.ca.clone()).unwrap();
+        Arc::new(roots)
+    }
+
+    fn key(&self) -> PrivateKeyDer<'static> {
+        PrivatePkcs8KeyDer::from(self.key.clone()).into()
+    }
+
+    /// A client that trusts the CA, presenting the node certificate if
+    /// `with_cert`.
+    fn connector(&self, with_cert: bool) -> TlsConnector {
+        let builder = ClientConfig::builder_with_provider(Arc::new(ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(self.roots());
+        let config = match with_cert {
+            true => builder
+                .with_client_auth_cert(vec![self.cert.clone()], self.key())
+                .unwrap(),
+            false => builder.with_no_client_auth(),
+        };
+        TlsConnector::from(Arc::new(config))
+    }
+
+    /// A server that requires a client certificate signed by the CA.
+    fn acceptor(&self) -> TlsAcceptor {
+        let provider = Arc::new(ring::default_provider());
+        let verifier = WebPkiClientVerifier::builder_with_provider(self.roots(), provider.clone())
+            .build()
+            .unwrap();
+        let config = ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(vec![self.cert.clone()], self.key())
+            .unwrap();
+        TlsAcceptor::from(Arc::new(config))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_replicate_over_mutual_tls() {
+    let pki = Pki::new();
+    let nodes = three(Some(Bytes::from_static(b"s3cret")), Some(&pki)).await;
+    let ids = [1, 2, 3];
+    write(&nodes, &ids, vec![acquire("a", "w", 10.0)]).await;
+    let leader = leader(&nodes, &ids).await;
+    let follower = *ids.iter().find(|&&id| id != leader).unwrap();
+    let answers = forward_to_leader(&nodes, &ids, follower, forward(&["b"])).await;
+    acquired(&answers[0]);
+    let leader = self::leader(&nodes, &ids).await;
+    agree(&nodes, leader, &ids).await;
+    stop(nodes).await;
+}
+
+#[tokio::test]
+async fn a_tls_server_lets_in_only_clients_with_a_certificate() {
+    let pki = Pki::new();
+    let mut node = lone(echo(), None, Some(&pki)).await;
+    let trusted = Bus::new(1, None).with_tls(pki.connector(true));
+    let sent = trusted.forward(&node.addr, forward(&["a"])).await;
+    assert_eq!(sent, Ok(vec![Forwarded::Outcome(Outcome::Flag(true))]));
+    let anonymous = Bus::new(1, None).with_tls(pki.connector(false));
+    let sent = anonymous.forward(&node.addr, forward(&["a"])).await;
+    assert!(matches!(sent, Err(ForwardError::NotSent(_))), "{sent:?}");
+    let plain = Bus::new(1, None);
+    let sent = plain.forward(&node.addr, forward(&["a"])).await;
+    assert!(matches!(sent, Err(ForwardError::NotSent(_))), "{sent:?}");
     node.stop_serving().await;
     node.node.raft.shutdown().await.unwrap();
 }
