@@ -18,7 +18,8 @@ use openraft::error::{
 };
 use openraft::network::{RPCOption, RPCTypes};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use openraft::{BasicNode, OptionalSend, RaftNetworkFactory, RaftNetworkV2};
 
@@ -229,6 +230,25 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
         self.ballot(Request::PreVote(rpc), option).await
+    }
+
+    /// The leader handing over to the target: on the vote connection, as
+    /// the election it starts.
+    async fn transfer_leader(
+        &mut self,
+        rpc: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let request = Request::TransferLeader(rpc);
+        let response = self
+            .call(Kind::Vote, RPCTypes::TransferLeader, &request, &option)
+            .await?;
+        match response {
+            Response::TransferLeader(answered) => {
+                answered.map_err(|e| RPCError::Unreachable(remote(self.target, e)))
+            }
+            other => Err(self.mismatch(&other)),
+        }
     }
 
     async fn full_snapshot(

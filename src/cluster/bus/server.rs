@@ -190,6 +190,9 @@ async fn answer(context: &Context, request: Request) -> Response {
             };
             Response::Snapshot(raft.install_full_snapshot(vote, snapshot).await)
         }
+        Request::TransferLeader(rpc) => {
+            Response::TransferLeader(raft.handle_transfer_leader(rpc).await)
+        }
         Request::Forward(forward) => Response::Forward((context.forward)(forward).await),
     }
 }

@@ -5,7 +5,8 @@ use bytes::Bytes;
 use openraft::alias::{SnapshotMetaOf, VoteOf};
 use openraft::error::{Fatal, RaftError};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use serde::{Deserialize, Serialize};
 
@@ -22,8 +23,8 @@ pub const PROTOCOL: u32 = 1;
 pub enum Kind {
     /// Log replication (`append_entries`).
     Append,
-    /// Votes, pre-votes and the leader's heartbeats: small, and late ones
-    /// start elections.
+    /// Votes, pre-votes, the leader's heartbeats and its hand-overs
+    /// (`transfer_leader`): small, and late ones start elections.
     Vote,
     /// Full snapshots.
     Snapshot,
@@ -84,6 +85,7 @@ pub enum Request {
         meta: SnapshotMetaOf<TypeConfig>,
         data: Bytes,
     },
+    TransferLeader(TransferLeaderRequest<TypeConfig>),
     Forward(Forward),
 }
 
@@ -94,5 +96,6 @@ pub enum Response {
     Append(Result<AppendEntriesResponse<TypeConfig>, RaftError<TypeConfig>>),
     Vote(Result<VoteResponse<TypeConfig>, RaftError<TypeConfig>>),
     Snapshot(Result<SnapshotResponse<TypeConfig>, Fatal<TypeConfig>>),
+    TransferLeader(Result<TransferLeaderResponse<TypeConfig>, Fatal<TypeConfig>>),
     Forward(Vec<Forwarded>),
 }
