@@ -8,13 +8,17 @@
 //! No replica reads a clock while applying, so all of them give the same
 //! outcomes and reach the same state, fencing tokens included.
 //!
-//! Built so far: the types ([`types`]), the state machine and its
-//! snapshots, the log ([`log_store`]), both durable under a node's
-//! `dir/raft/` ([`disk`], [`snapshot_file`]) or in memory, and a node that
-//! writes through its Raft ([`node`]). The network between nodes exists
-//! only in tests (an in-process router); the server does not use this
-//! module yet. docs/cluster.md says what is built and what is not.
+//! The parts: the types ([`types`]); the state machine and its snapshots
+//! and the log ([`log_store`]), durable under a node's `dir/raft/`
+//! ([`disk`], [`snapshot_file`]) or in memory; a node that writes through
+//! its Raft ([`node`]) with the leader's stamps ([`stamp`]); the node bus
+//! ([`bus`]: TCP between nodes for openraft's RPCs and forwarded
+//! commands); the core task connections talk to ([`core`]); the start of
+//! a node inside the server ([`start`]); and what ROLE, INFO and CLUSTER
+//! show ([`status`], [`views`]). docs/cluster.md says what is built and
+//! what is not.
 
+pub mod bus;
 pub mod core;
 pub mod disk;
 pub mod log_store;

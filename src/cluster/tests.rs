@@ -26,37 +26,37 @@ use super::types::{Batch, Command, NodeId, Tick};
 use crate::registry::{Change, Lease, Op, Outcome, Registry};
 use openraft::error::{ClientWriteError, RaftError};
 
-const WAIT: Duration = Duration::from_secs(20);
+pub(super) const WAIT: Duration = Duration::from_secs(20);
 /// A write refused by a leader about to step down (or just elected, its
 /// lease not yet established) is sent again after a pause, this often.
-const RETRIES: usize = 100;
-const RETRY_AFTER: Duration = Duration::from_millis(100);
+pub(super) const RETRIES: usize = 100;
+pub(super) const RETRY_AFTER: Duration = Duration::from_millis(100);
 
 /// A clock a test sets.
 #[derive(Clone, Default)]
-struct TestClock(Arc<AtomicU64>);
+pub(super) struct TestClock(Arc<AtomicU64>);
 
 impl TestClock {
-    fn set(&self, seconds: f64) {
+    pub(super) fn set(&self, seconds: f64) {
         self.0.store(seconds.to_bits(), Ordering::SeqCst);
     }
 
-    fn clock(&self) -> Clock {
+    pub(super) fn clock(&self) -> Clock {
         let now = self.0.clone();
         Arc::new(move || f64::from_bits(now.load(Ordering::SeqCst)))
     }
 }
 
-fn make() -> MakeRegistry {
+pub(super) fn make() -> MakeRegistry {
     Arc::new(|| Registry::new(10.0, 0))
 }
 
 /// A registry's state, in an order that does not depend on where its
 /// leases sit: last token, time, each lease's changes by token, each
 /// run's changes by run.
-type State = (u64, f64, Vec<Vec<Change>>, Vec<Change>);
+pub(super) type State = (u64, f64, Vec<Vec<Change>>, Vec<Change>);
 
-fn state(registry: &Registry) -> State {
+pub(super) fn state(registry: &Registry) -> State {
     let mut leases = Vec::new();
     let mut from = Some(0);
     while let Some(slot) = from {
@@ -79,7 +79,7 @@ fn state(registry: &Registry) -> State {
     (registry.last_token(), registry.time(), leases, runs)
 }
 
-fn acquire(run: &str, worker: &str, ttl: f64) -> Op {
+pub(super) fn acquire(run: &str, worker: &str, ttl: f64) -> Op {
     Op::Acquire {
         run_id: Bytes::copy_from_slice(run.as_bytes()),
         worker_id: Bytes::copy_from_slice(worker.as_bytes()),
@@ -105,7 +105,7 @@ fn release(lease: &Lease) -> Op {
     }
 }
 
-fn acquired(outcome: &Outcome) -> Lease {
+pub(super) fn acquired(outcome: &Outcome) -> Lease {
     match outcome {
         Outcome::Acquired(Some(lease)) => lease.clone(),
         other => panic!("expected a lease, got {other:?}"),
@@ -335,7 +335,7 @@ impl Cluster {
 /// A write's result, `None` if it was refused before being appended
 /// (so it may be sent again); any other error fails the test: a write
 /// discarded after being appended may or may not commit.
-fn retry_or<T>(written: Result<T, WriteError>) -> Option<T> {
+pub(super) fn retry_or<T>(written: Result<T, WriteError>) -> Option<T> {
     match written {
         Ok(written) => Some(written),
         Err(RaftError::APIError(ClientWriteError::ForwardToLeader(refused))) => {

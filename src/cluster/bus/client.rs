@@ -1,0 +1,297 @@
+//! The bus's client side: openraft's network ([`Bus`] as the factory,
+//! [`Peer`] per target) and forwarding a follower's commands to the
+//! leader ([`Bus::forward`]).
+//!
+//! Errors keep what openraft needs to know apart: no connection (or a
+//! request that could not be written) is `Unreachable`, after which
+//! openraft backs off; a deadline that passed is `Timeout`; a connection
+//! lost while waiting for the answer is a `NetworkError`.
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use bytes::Bytes;
+use openraft::alias::{SnapshotOf, VoteOf};
+use openraft::error::{
+    NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Timeout, Unreachable,
+};
+use openraft::network::{RPCOption, RPCTypes};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
+};
+use openraft::{BasicNode, OptionalSend, RaftNetworkFactory, RaftNetworkV2};
+
+use super::pool::{CallError, Pool};
+use super::wire::{Kind, Request, Response};
+use crate::cluster::types::{Forward, Forwarded, NodeId, TypeConfig};
+
+/// How long dialling a peer and its handshake may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long a forwarded command may wait for the leader's answer.
+pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// This node's end of the bus: openraft's network factory, and the way a
+/// follower forwards commands to the leader. Cheap to clone; clones share
+/// their connections.
+#[derive(Clone)]
+pub struct Bus {
+    pool: Pool,
+    forward_timeout: Duration,
+}
+
+impl Bus {
+    /// The bus of node `me`, proving `secret` to peers that ask for it.
+    pub fn new(me: NodeId, secret: Option<Bytes>) -> Bus {
+        Bus {
+            pool: Pool::new(me, secret, CONNECT_TIMEOUT),
+            forward_timeout: FORWARD_TIMEOUT,
+        }
+    }
+
+    /// The same bus, connecting to its peers in TLS with `connector` (whose
+    /// configuration holds the CA that signs the nodes' certificates, and
+    /// this node's certificate if the peers ask for one).
+    pub fn with_tls(mut self, connector: tokio_rustls::TlsConnector) -> Bus {
+        self.pool = self.pool.with_tls(connector);
+        self
+    }
+
+    /// The same bus with another deadline for [`Bus::forward`].
+    pub fn with_forward_timeout(mut self, timeout: Duration) -> Bus {
+        self.forward_timeout = timeout;
+        self
+    }
+
+    /// Sends a follower's clients' ops to the node at `addr` (the leader's
+    /// bus address) and returns its answers, one per op.
+    pub async fn forward(
+        &self,
+        addr: &str,
+        request: Forward,
+    ) -> Result<Vec<Forwarded>, ForwardError> {
+        let request = Request::Forward(request);
+        let called = self
+            .pool
+            .call(addr, Kind::Forward, None, &request, self.forward_timeout)
+            .await;
+        match called {
+            Ok(Response::Forward(answers)) => Ok(answers),
+            Ok(other) => Err(ForwardError::NoAnswer(unexpected(&other))),
+            Err(CallError::NotSent(why)) => Err(ForwardError::NotSent(why)),
+            Err(CallError::NoAnswer(why)) => Err(ForwardError::NoAnswer(why)),
+            Err(CallError::TimedOut { sent: false }) => Err(ForwardError::NotSent(format!(
+                "{addr}: not sent within {:?}",
+                self.forward_timeout
+            ))),
+            Err(CallError::TimedOut { sent: true }) => Err(ForwardError::NoAnswer(format!(
+                "{addr}: no answer within {:?}",
+                self.forward_timeout
+            ))),
+        }
+    }
+
+    fn peer(&self, target: NodeId, node: &BasicNode, append: Kind) -> Peer {
+        Peer {
+            pool: self.pool.clone(),
+            target,
+            addr: node.addr.clone(),
+            append,
+        }
+    }
+}
+
+/// Why a forward got no answer, by what it means for the ops.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ForwardError {
+    /// The ops surely did not reach the leader: sending them again is
+    /// safe (`-TRYAGAIN`).
+    NotSent(String),
+    /// The ops were sent and no answer came: they may or may not have
+    /// run (`-UNCERTAIN`).
+    NoAnswer(String),
+}
+
+impl fmt::Display for ForwardError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ForwardError::NotSent(why) => write!(f, "not sent to the leader: {why}"),
+            ForwardError::NoAnswer(why) => write!(f, "no answer from the leader: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for ForwardError {}
+
+fn unexpected(response: &Response) -> String {
+    format!("answered with the wrong kind of response: {response:?}")
+}
+
+impl RaftNetworkFactory<TypeConfig> for Bus {
+    type Network = Peer;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Peer {
+        self.peer(target, node, Kind::Append)
+    }
+
+    /// Heartbeats are appends openraft sends from a client of their own:
+    /// they ride the vote connection, so that a long append cannot hold
+    /// one up past the followers' election timeout.
+    async fn new_heartbeat_client(&mut self, target: NodeId, node: &BasicNode) -> Peer {
+        self.peer(target, node, Kind::Vote)
+    }
+}
+
+/// This node's calls to one other node (openraft's network client).
+pub struct Peer {
+    pool: Pool,
+    target: NodeId,
+    addr: String,
+    /// The connection appends go on: [`Kind::Vote`] for heartbeats.
+    append: Kind,
+}
+
+impl Peer {
+    /// Calls the target within `option`'s deadline.
+    async fn call(
+        &self,
+        kind: Kind,
+        action: RPCTypes,
+        request: &Request,
+        option: &RPCOption,
+    ) -> Result<Response, RPCError<TypeConfig>> {
+        let ttl = option.soft_ttl();
+        let called = self
+            .pool
+            .call(&self.addr, kind, Some(self.target), request, ttl)
+            .await;
+        called.map_err(|error| match error {
+            CallError::NotSent(why) => RPCError::Unreachable(Unreachable::from_string(why)),
+            CallError::NoAnswer(why) => RPCError::Network(NetworkError::from_string(why)),
+            CallError::TimedOut { .. } => RPCError::Timeout(Timeout {
+                action,
+                id: self.pool.me(),
+                target: self.target,
+                timeout: ttl,
+            }),
+        })
+    }
+
+    /// A response of the wrong variant: the peer is confused, and the
+    /// connection it came on was already dropped or kept in good order.
+    fn mismatch(&self, response: &Response) -> RPCError<TypeConfig> {
+        RPCError::Network(NetworkError::from_string(format!(
+            "node {}: {}",
+            self.target,
+            unexpected(response)
+        )))
+    }
+}
+
+/// A remote Raft's error. Its API errors cannot happen (`Infallible`), so
+/// it is fatal: that Raft stopped, and openraft should back off from it
+/// as from a node it cannot reach (its RPC error has no remote variant).
+fn remote(target: NodeId, error: impl fmt::Display) -> Unreachable<TypeConfig> {
+    Unreachable::from_string(format!("node {target}: {error}"))
+}
+
+impl RaftNetworkV2<TypeConfig> for Peer {
+    type SnapshotData = Bytes;
+
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let request = Request::Append(rpc);
+        let response = self
+            .call(self.append, RPCTypes::AppendEntries, &request, &option)
+            .await?;
+        match response {
+            Response::Append(answered) => answered
+                .map_err(|e: RaftError<TypeConfig>| RPCError::Unreachable(remote(self.target, e))),
+            other => Err(self.mismatch(&other)),
+        }
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.ballot(Request::Vote(rpc), option).await
+    }
+
+    async fn pre_vote(
+        &mut self,
+        rpc: VoteRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.ballot(Request::PreVote(rpc), option).await
+    }
+
+    /// The leader handing over to the target: on the vote connection, as
+    /// the election it starts.
+    async fn transfer_leader(
+        &mut self,
+        rpc: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let request = Request::TransferLeader(rpc);
+        let response = self
+            .call(Kind::Vote, RPCTypes::TransferLeader, &request, &option)
+            .await?;
+        match response {
+            Response::TransferLeader(answered) => {
+                answered.map_err(|e| RPCError::Unreachable(remote(self.target, e)))
+            }
+            other => Err(self.mismatch(&other)),
+        }
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: VoteOf<TypeConfig>,
+        snapshot: SnapshotOf<TypeConfig, Bytes>,
+        cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let request = Request::Snapshot {
+            vote,
+            meta: snapshot.meta,
+            data: snapshot.snapshot,
+        };
+        let call = self.call(Kind::Snapshot, RPCTypes::InstallSnapshot, &request, &option);
+        let response = tokio::select! {
+            response = call => response?,
+            closed = cancel => return Err(StreamingError::Closed(closed)),
+        };
+        match response {
+            Response::Snapshot(answered) => {
+                answered.map_err(|e| StreamingError::Unreachable(remote(self.target, e)))
+            }
+            other => Err(self.mismatch(&other).into()),
+        }
+    }
+}
+
+impl Peer {
+    /// A vote or pre-vote, on the vote connection.
+    async fn ballot(
+        &self,
+        request: Request,
+        option: RPCOption,
+    ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        let response = self
+            .call(Kind::Vote, RPCTypes::Vote, &request, &option)
+            .await?;
+        match response {
+            Response::Vote(answered) => {
+                answered.map_err(|e| RPCError::Unreachable(remote(self.target, e)))
+            }
+            other => Err(self.mismatch(&other)),
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! A node's outgoing connections: dialled on demand, one call at a time
+//! each, kept per (address, kind) for the next call once a call on them
+//! succeeded.
+//!
+//! With a TLS connector, every connection is TLS under the handshake.
+//!
+//! A connection is taken out of the pool for the length of a call and put
+//! back only when the call got its answer. A call that fails, times out or
+//! is dropped by its caller (openraft drops RPCs past their deadline)
+//! drops its connection too: a late answer can then never be read as the
+//! next call's. The next call dials again.
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::rustls::pki_types::ServerName;
+use tokio_util::either::Either;
+
+use super::frame::{self, MAX_FRAME, read_frame};
+use super::handshake::introduce;
+use super::wire::{Hello, Kind, PROTOCOL, Request, Response};
+use crate::cluster::types::NodeId;
+
+/// Idle connections kept per (address, kind): calls of one kind to one
+/// node are mostly one at a time, but forwarded commands are not.
+const MAX_IDLE: usize = 4;
+
+/// A connection, in TLS or not.
+type Conn = Either<TcpStream, TlsStream<TcpStream>>;
+
+/// Idle connections by the address and kind they were opened for.
+type Idle = HashMap<(String, Kind), Vec<Conn>>;
+
+/// How a call failed, by what the peer may have seen of it.
+#[derive(Debug)]
+pub enum CallError {
+    /// The request surely did not reach the peer whole: no connection, a
+    /// refused handshake, or a write that failed.
+    NotSent(String),
+    /// The request was written, then no answer came.
+    NoAnswer(String),
+    /// The deadline passed; `sent` says whether the request was written.
+    TimedOut { sent: bool },
+}
+
+/// Dials, introduces and keeps this node's connections.
+#[derive(Clone)]
+pub struct Pool {
+    me: NodeId,
+    secret: Option<Bytes>,
+    connect_timeout: Duration,
+    /// TLS for every connection, if set.
+    tls: Option<TlsConnector>,
+    idle: Arc<Mutex<Idle>>,
+}
+
+impl Pool {
+    pub fn new(me: NodeId, secret: Option<Bytes>, connect_timeout: Duration) -> Pool {
+        Pool {
+            me,
+            secret,
+            connect_timeout,
+            tls: None,
+            idle: Arc::default(),
+        }
+    }
+
+    /// The same pool, connecting in TLS with `connector`.
+    pub fn with_tls(mut self, connector: TlsConnector) -> Pool {
+        self.tls = Some(connector);
+        self
+    }
+
+    pub fn me(&self) -> NodeId {
+        self.me
+    }
+
+    /// Sends `request` to `addr` over a `kind` connection and reads its
+    /// answer, all within `timeout`. With `expected`, only that node may
+    /// answer at `addr`.
+    pub async fn call(
+        &self,
+        addr: &str,
+        kind: Kind,
+        expected: Option<NodeId>,
+        request: &Request,
+        timeout: Duration,
+    ) -> Result<Response, CallError> {
+        let mut sent = false;
+        let exchange = self.exchange(addr, kind, expected, request, &mut sent);
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(answered) => answered,
+            Err(_) => Err(CallError::TimedOut { sent }),
+        }
+    }
+
+    async fn exchange(
+        &self,
+        addr: &str,
+        kind: Kind,
+        expected: Option<NodeId>,
+        request: &Request,
+        sent: &mut bool,
+    ) -> Result<Response, CallError> {
+        let bytes = frame::encode(request).map_err(|e| CallError::NotSent(e.to_string()))?;
+        let mut stream = match self.take_idle(addr, kind) {
+            Some(stream) => stream,
+            None => self.dial(addr, kind, expected).await?,
+        };
+        // A failed write means the peer lacks at least the frame's end,
+        // and a frame is acted on only whole.
+        if let Err(error) = write_all(&mut stream, &bytes).await {
+            return Err(CallError::NotSent(format!("{addr}: {error}")));
+        }
+        *sent = true;
+        let response = read_frame(&mut stream, MAX_FRAME)
+            .await
+            .map_err(|e| CallError::NoAnswer(format!("{addr}: {e}")))?;
+        self.put_idle(addr, kind, stream);
+        Ok(response)
+    }
+
+    /// A new connection to `addr`, introduced as `kind`.
+    async fn dial(
+        &self,
+        addr: &str,
+        kind: Kind,
+        expected: Option<NodeId>,
+    ) -> Result<Conn, CallError> {
+        let hello = Hello {
+            protocol: PROTOCOL,
+            from: self.me,
+            kind,
+        };
+        let secret = self.secret.as_deref();
+        let dialled = tokio::time::timeout(self.connect_timeout, async {
+            let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+            stream.set_nodelay(true).map_err(|e| e.to_string())?;
+            let mut stream = self.secure(addr, stream).await?;
+            introduce(&mut stream, hello, secret, expected)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>(stream)
+        });
+        match dialled.await {
+            Ok(Ok(stream)) => Ok(stream),
+            Ok(Err(error)) => Err(CallError::NotSent(format!("{addr}: {error}"))),
+            Err(_) => Err(CallError::NotSent(format!(
+                "{addr}: no connection within {:?}",
+                self.connect_timeout
+            ))),
+        }
+    }
+
+    /// `stream` in TLS, if the pool has it, checking the certificate
+    /// names `addr`'s host.
+    async fn secure(&self, addr: &str, stream: TcpStream) -> Result<Conn, String> {
+        let Some(connector) = &self.tls else {
+            return Ok(Either::Left(stream));
+        };
+        let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let name = ServerName::try_from(host.to_string()).map_err(|e| format!("{host}: {e}"))?;
+        let stream = connector
+            .connect(name, stream)
+            .await
+            .map_err(|e| format!("TLS: {e}"))?;
+        Ok(Either::Right(stream))
+    }
+
+    /// An idle connection the peer has not closed meanwhile (a server
+    /// that restarted closed them all); one it closed is dropped.
+    fn take_idle(&self, addr: &str, kind: Kind) -> Option<Conn> {
+        let mut idle = self.idle.lock().unwrap();
+        let streams = idle.get_mut(&(addr.to_string(), kind))?;
+        while let Some(stream) = streams.pop() {
+            if open(&stream) {
+                return Some(stream);
+            }
+        }
+        None
+    }
+
+    fn put_idle(&self, addr: &str, kind: Kind, stream: Conn) {
+        let mut idle = self.idle.lock().unwrap();
+        let streams = idle.entry((addr.to_string(), kind)).or_default();
+        if streams.len() < MAX_IDLE {
+            streams.push(stream);
+        }
+    }
+}
+
+/// Whether an idle connection still looks usable: nothing to read on its
+/// socket (a closed one reads its end, an error, or bytes nobody asked
+/// for, a TLS close alert among them).
+fn open(conn: &Conn) -> bool {
+    let stream = match conn {
+        Either::Left(stream) => stream,
+        Either::Right(tls) => tls.get_ref().0,
+    };
+    let mut byte = [0; 1];
+    matches!(stream.try_read(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+}
+
+async fn write_all(stream: &mut Conn, bytes: &[u8]) -> io::Result<()> {
+    stream.write_all(bytes).await?;
+    stream.flush().await
+}

@@ -1,0 +1,218 @@
+//! The bus's server side: accepts peers, checks their handshake, and
+//! answers their calls from this node's Raft (replication, votes,
+//! snapshots) or its forward handler (a follower's clients' commands).
+//!
+//! One task per connection, one call at a time on it, answered in order.
+//! Cancelling the shutdown token stops accepting and closes every
+//! connection, calls in progress included.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use openraft::Raft;
+use openraft::async_runtime::WatchReceiver;
+use openraft::storage::Snapshot;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use super::frame::{FrameError, MAX_FRAME, read_frame, write_frame};
+use super::handshake::{Refusal, admit};
+use super::wire::{Request, Response};
+use crate::cluster::state_machine::StateMachine;
+use crate::cluster::types::{Forward, Forwarded, NodeId, TypeConfig};
+
+/// Runs a follower's forwarded ops on this node (the leader) and answers
+/// one [`Forwarded`] per op.
+pub type ForwardHandler = Arc<dyn Fn(Forward) -> BoxFuture<'static, Vec<Forwarded>> + Send + Sync>;
+
+/// How long a peer has to finish its handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A refused peer is logged at most this often per address.
+const WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// What every connection's task needs.
+struct Context {
+    me: NodeId,
+    raft: Raft<TypeConfig, StateMachine>,
+    forward: ForwardHandler,
+    secret: Option<Bytes>,
+    tls: Option<TlsAcceptor>,
+    warned: Warned,
+}
+
+/// Serves the bus on `listener` until `shutdown` is cancelled; requires
+/// peers to prove `secret` if there is one.
+pub async fn serve(
+    listener: TcpListener,
+    raft: Raft<TypeConfig, StateMachine>,
+    forward: ForwardHandler,
+    secret: Option<Bytes>,
+    shutdown: CancellationToken,
+) {
+    serve_with(listener, raft, forward, secret, None, shutdown).await
+}
+
+/// [`serve`] in TLS: every peer's connection goes through `acceptor`
+/// (which may require client certificates) before the bus handshake.
+pub async fn serve_tls(
+    listener: TcpListener,
+    raft: Raft<TypeConfig, StateMachine>,
+    forward: ForwardHandler,
+    secret: Option<Bytes>,
+    acceptor: TlsAcceptor,
+    shutdown: CancellationToken,
+) {
+    serve_with(listener, raft, forward, secret, Some(acceptor), shutdown).await
+}
+
+async fn serve_with(
+    listener: TcpListener,
+    raft: Raft<TypeConfig, StateMachine>,
+    forward: ForwardHandler,
+    secret: Option<Bytes>,
+    tls: Option<TlsAcceptor>,
+    shutdown: CancellationToken,
+) {
+    let me = raft.metrics().borrow_watched().id;
+    let context = Arc::new(Context {
+        me,
+        raft,
+        forward,
+        secret,
+        tls,
+        warned: Warned::default(),
+    });
+    let mut connections = JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => accepted,
+        };
+        while connections.try_join_next().is_some() {}
+        match accepted {
+            Ok((stream, peer)) => {
+                connections.spawn(connection(stream, peer, context.clone()));
+            }
+            // Out of descriptors, mostly: the next accept may work.
+            Err(error) => {
+                tracing::warn!("bus: accept failed: {error}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    // Dropping a task drops its socket: the peers see the node go.
+    connections.shutdown().await;
+}
+
+/// One peer's connection: TLS if the server has it, then the session.
+async fn connection(stream: TcpStream, peer: SocketAddr, context: Arc<Context>) {
+    let _ = stream.set_nodelay(true);
+    let Some(acceptor) = &context.tls else {
+        return session(stream, peer, &context).await;
+    };
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => session(stream, peer, &context).await,
+        Ok(Err(error)) => {
+            if context.warned.first_in_a_while(peer.ip()) {
+                tracing::warn!("bus: TLS handshake with {peer} failed: {error}");
+            }
+        }
+        Err(_) => tracing::debug!("bus: no TLS handshake from {peer} within {HANDSHAKE_TIMEOUT:?}"),
+    }
+}
+
+/// The bus handshake, then the peer's calls until it closes.
+async fn session<S>(mut stream: S, peer: SocketAddr, context: &Context)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let secret = context.secret.as_deref();
+    let admitted =
+        tokio::time::timeout(HANDSHAKE_TIMEOUT, admit(&mut stream, context.me, secret)).await;
+    let hello = match admitted {
+        Ok(Ok(hello)) => hello,
+        Ok(Err(Refusal::Denied(reason))) => {
+            if context.warned.first_in_a_while(peer.ip()) {
+                tracing::warn!("bus: refused a peer from {peer}: {reason}");
+            }
+            return;
+        }
+        Ok(Err(Refusal::Frame(error))) => {
+            tracing::debug!("bus: handshake with {peer} failed: {error}");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!("bus: no handshake from {peer} within {HANDSHAKE_TIMEOUT:?}");
+            return;
+        }
+    };
+    let node = hello.from;
+    tracing::debug!(
+        "bus: node {node} connected from {peer} for {:?}",
+        hello.kind
+    );
+    loop {
+        let request: Request = match read_frame(&mut stream, MAX_FRAME).await {
+            Ok(request) => request,
+            Err(FrameError::Closed) => return,
+            Err(error) => {
+                tracing::warn!("bus: closing node {node}'s connection from {peer}: {error}");
+                return;
+            }
+        };
+        let response = answer(context, request).await;
+        if let Err(error) = write_frame(&mut stream, &response).await {
+            tracing::debug!("bus: cannot answer node {node} at {peer}: {error}");
+            return;
+        }
+    }
+}
+
+/// A call's answer, from this node's Raft or its forward handler.
+async fn answer(context: &Context, request: Request) -> Response {
+    let raft = &context.raft;
+    match request {
+        Request::Append(rpc) => Response::Append(raft.append_entries(rpc).await),
+        Request::Vote(rpc) => Response::Vote(raft.vote(rpc).await),
+        Request::PreVote(rpc) => Response::Vote(raft.pre_vote(rpc).await),
+        Request::Snapshot { vote, meta, data } => {
+            let snapshot = Snapshot {
+                meta,
+                snapshot: data,
+            };
+            Response::Snapshot(raft.install_full_snapshot(vote, snapshot).await)
+        }
+        Request::TransferLeader(rpc) => {
+            Response::TransferLeader(raft.handle_transfer_leader(rpc).await)
+        }
+        Request::Forward(forward) => Response::Forward((context.forward)(forward).await),
+    }
+}
+
+/// When each address was last warned about, to warn once a minute at
+/// most: a misconfigured peer retries all the time.
+#[derive(Default)]
+pub(super) struct Warned(Mutex<HashMap<IpAddr, Instant>>);
+
+impl Warned {
+    pub(super) fn first_in_a_while(&self, ip: IpAddr) -> bool {
+        let now = Instant::now();
+        let mut warned = self.0.lock().unwrap();
+        warned.retain(|_, at| now.duration_since(*at) < WARN_EVERY);
+        match warned.contains_key(&ip) {
+            true => false,
+            false => {
+                warned.insert(ip, now);
+                true
+            }
+        }
+    }
+}

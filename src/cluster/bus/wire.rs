@@ -1,0 +1,101 @@
+//! The bus's messages, in the order a connection sees them: the
+//! handshake's four, then requests and their responses, one at a time.
+
+use bytes::Bytes;
+use openraft::alias::{SnapshotMetaOf, VoteOf};
+use openraft::error::{Fatal, RaftError};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::types::{Forward, Forwarded, NodeId, TypeConfig};
+
+/// The bus protocol's version: a server refuses a client that speaks
+/// another.
+pub const PROTOCOL: u32 = 1;
+
+/// What a connection carries. Each kind has connections of its own, so a
+/// snapshot being sent cannot hold up a vote, nor a long append a
+/// heartbeat.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Kind {
+    /// Log replication (`append_entries`).
+    Append,
+    /// Votes, pre-votes, the leader's heartbeats and its hand-overs
+    /// (`transfer_leader`): small, and late ones start elections.
+    Vote,
+    /// Full snapshots.
+    Snapshot,
+    /// A follower's clients' commands, sent to the leader.
+    Forward,
+}
+
+impl Kind {
+    pub fn as_byte(self) -> u8 {
+        match self {
+            Kind::Append => 1,
+            Kind::Vote => 2,
+            Kind::Snapshot => 3,
+            Kind::Forward => 4,
+        }
+    }
+}
+
+/// Client → server, first: who is calling, and for what.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    pub protocol: u32,
+    pub from: NodeId,
+    pub kind: Kind,
+}
+
+/// Server → client: who answers, and the nonce to prove the secret on
+/// (`None`: this server has no secret and asks no proof).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Challenge {
+    pub server: NodeId,
+    pub nonce: Option<[u8; 32]>,
+}
+
+/// Client → server: the HMAC of the challenge, if one was asked and the
+/// client has a secret.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Proof {
+    pub mac: Option<[u8; 32]>,
+}
+
+/// Server → client, ending the handshake. After a refusal the server
+/// closes the connection.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Verdict {
+    Welcome,
+    Refused(String),
+}
+
+/// A call, client → server.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Request {
+    Append(AppendEntriesRequest<TypeConfig>),
+    Vote(VoteRequest<TypeConfig>),
+    PreVote(VoteRequest<TypeConfig>),
+    Snapshot {
+        vote: VoteOf<TypeConfig>,
+        meta: SnapshotMetaOf<TypeConfig>,
+        data: Bytes,
+    },
+    TransferLeader(TransferLeaderRequest<TypeConfig>),
+    Forward(Forward),
+}
+
+/// The answer to a [`Request`], of the same variant; a remote Raft's
+/// error travels back as it was returned.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Response {
+    Append(Result<AppendEntriesResponse<TypeConfig>, RaftError<TypeConfig>>),
+    Vote(Result<VoteResponse<TypeConfig>, RaftError<TypeConfig>>),
+    Snapshot(Result<SnapshotResponse<TypeConfig>, Fatal<TypeConfig>>),
+    TransferLeader(Result<TransferLeaderResponse<TypeConfig>, Fatal<TypeConfig>>),
+    Forward(Vec<Forwarded>),
+}
