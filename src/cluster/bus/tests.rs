@@ -31,7 +31,7 @@ use super::frame::{FrameError, MAX_HANDSHAKE_FRAME, encode, read_frame, write_fr
 use super::handshake::{HandshakeError, Refusal, admit, introduce, prove};
 use super::wire::{Challenge, Hello, Kind, PROTOCOL, Proof, Verdict};
 use super::{Bus, ForwardError, ForwardHandler, serve, serve_tls};
-use crate::cluster::node::Node;
+use crate::cluster::node::{Node, Storage};
 use crate::cluster::tests::{
     RETRIES, RETRY_AFTER, TestClock, WAIT, acquire, acquired, make, retry_or, state,
 };
@@ -240,9 +240,16 @@ impl BusNode {
         if let Some(pki) = tls {
             bus = bus.with_tls(pki.connector(true));
         }
-        let node = Node::start(id, config(), bus.clone(), make(), clock.clock())
-            .await
-            .unwrap();
+        let node = Node::start(
+            id,
+            config(),
+            bus.clone(),
+            make(),
+            clock.clock(),
+            Storage::Memory,
+        )
+        .await
+        .unwrap();
         let node = Arc::new(node);
         let shutdown = CancellationToken::new();
         let handler = handler(node.clone());
