@@ -42,6 +42,8 @@ pub enum ServeError {
     ProtectedMode(std::net::IpAddr),
     Tls(TlsError),
     Core(StartError),
+    /// Cluster mode: the node could not start.
+    Cluster(crate::cluster::node::StartError),
     LocalAddr(io::Error),
 }
 
@@ -63,6 +65,7 @@ impl fmt::Display for ServeError {
             ),
             ServeError::Tls(error) => write!(f, "{error}"),
             ServeError::Core(error) => write!(f, "{error}"),
+            ServeError::Cluster(error) => write!(f, "The cluster node could not start: {error}"),
             ServeError::LocalAddr(error) => write!(f, "cannot read a listener's address: {error}"),
         }
     }
@@ -77,6 +80,8 @@ pub struct Listeners {
     pub tls: Option<(TlsAcceptor, Vec<TcpListener>)>,
     /// The metrics endpoint's, on `metrics-port`; none when it is 0.
     pub metrics: Vec<TcpListener>,
+    /// Cluster mode: the node bus's, on this node's bus address.
+    pub bus: Option<TcpListener>,
 }
 
 /// Loads the TLS setup and binds every address of `bind` on `port`, and
@@ -96,11 +101,25 @@ pub async fn bind(config: &Config) -> Result<Listeners, ServeError> {
         0 => Vec::new(),
         port => bind_all(config, port, "metrics").await?,
     };
+    let bus = match config.cluster() {
+        Ok(Some(cluster)) => {
+            let addr = cluster.me().bus_addr;
+            let listener = listen(addr, config.tcp_backlog).map_err(|error| ServeError::Bind {
+                kind: "cluster bus",
+                addr,
+                error,
+            })?;
+            Some(listener)
+        }
+        // Checked when the configuration was loaded.
+        Ok(None) | Err(_) => None,
+    };
     let plain = bind_all(config, config.port, "TCP").await?;
     Ok(Listeners {
         plain,
         tls,
         metrics,
+        bus,
     })
 }
 
@@ -179,7 +198,15 @@ pub async fn run(
         None => Vec::new(),
     };
     let shared = Arc::new(Shared::new(config, listen_addrs, tls_listen_addrs, clock));
-    let (core, core_task) = core::start(&data_dir, shared.clone()).map_err(ServeError::Core)?;
+    let cluster = shared.config().cluster().ok().flatten();
+    let (core, core_task) = match (cluster, listeners.bus) {
+        (Some(cluster), Some(bus)) => {
+            crate::cluster::serve::start(&cluster, &data_dir, shared.clone(), bus)
+                .await
+                .map_err(ServeError::Cluster)?
+        }
+        _ => core::start(&data_dir, shared.clone()).map_err(ServeError::Core)?,
+    };
 
     // Plain addresses first: tests take the first for the port.
     let addrs: Vec<String> = (shared.listen_addrs.iter().map(|a| a.to_string()))

@@ -24,6 +24,7 @@ pub mod disk;
 pub mod log_store;
 pub mod node;
 pub mod snapshot_file;
+pub mod serve;
 pub mod stamp;
 pub mod start;
 pub mod state_machine;

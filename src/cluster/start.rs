@@ -59,10 +59,12 @@ impl Settings {
         )
     }
 
-    /// The initial membership: every member's bus address.
+    /// The initial membership: every member by its client address, the
+    /// same on every node (each node's bus knows how it reaches the
+    /// others' buses from its own configuration).
     fn membership(&self) -> BTreeMap<NodeId, BasicNode> {
         (self.addresses.iter())
-            .map(|address| (address.id, BasicNode::new(address.bus_addr.to_string())))
+            .map(|address| (address.id, BasicNode::new(address.addr.to_string())))
             .collect()
     }
 }

@@ -7,7 +7,9 @@
 //! openraft backs off; a deadline that passed is `Timeout`; a connection
 //! lost while waiting for the answer is a `NetworkError`.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 use std::future::Future;
 use std::time::Duration;
 
@@ -40,6 +42,10 @@ pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Bus {
     pool: Pool,
     forward_timeout: Duration,
+    /// Where this node reaches each peer, by id, from its own
+    /// configuration; a peer not listed is reached at the address the
+    /// membership gives it.
+    peers: Arc<HashMap<NodeId, String>>,
 }
 
 impl Bus {
@@ -48,7 +54,22 @@ impl Bus {
         Bus {
             pool: Pool::new(me, secret, CONNECT_TIMEOUT),
             forward_timeout: FORWARD_TIMEOUT,
+            peers: Arc::default(),
         }
+    }
+
+    /// The same bus, reaching each peer at the address this node's
+    /// configuration gives it (the membership, the same on every node,
+    /// names the nodes; how one node reaches another is its own affair:
+    /// through a proxy, or another interface).
+    pub fn with_peers(mut self, peers: HashMap<NodeId, String>) -> Bus {
+        self.peers = Arc::new(peers);
+        self
+    }
+
+    /// Where this node reaches `id`'s bus, if its configuration says.
+    pub fn peer_addr(&self, id: NodeId) -> Option<&str> {
+        self.peers.get(&id).map(String::as_str)
     }
 
     /// The same bus, connecting to its peers in TLS with `connector` (whose
@@ -97,7 +118,7 @@ impl Bus {
         Peer {
             pool: self.pool.clone(),
             target,
-            addr: node.addr.clone(),
+            addr: (self.peer_addr(target).map(str::to_string)).unwrap_or_else(|| node.addr.clone()),
             append,
         }
     }

@@ -1,0 +1,126 @@
+//! Cluster mode in the server: a node started from `Config::cluster()`,
+//! its Raft state under the data directory, its bus listening on its bus
+//! address, followers forwarding through the bus.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::FutureExt;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tracing::info;
+
+use super::bus::{Bus, ForwardError, ForwardHandler, serve};
+use super::core::{ForwardFailure, Forwarder, Forwarding};
+use super::node::{StartError, Storage};
+use super::start::{self, Settings};
+use super::state_machine::MakeRegistry;
+use super::status::Address;
+use super::types::{ClusterRefusal, Forwarded};
+use crate::ceiling::DataDir;
+use crate::config::{ClusterConfig, Config};
+use crate::core::CoreHandle;
+use crate::registry::Registry;
+use crate::state::Shared;
+
+/// Starts this node: its Raft from `data_dir`, the bus on `listener`, and
+/// the core connections talk to. The join handle resolves once the core
+/// has stopped (the last handle dropped) and the Raft has shut down.
+pub async fn start(
+    cluster: &ClusterConfig,
+    data_dir: &DataDir,
+    shared: Arc<Shared>,
+    listener: TcpListener,
+) -> Result<(CoreHandle, JoinHandle<()>), StartError> {
+    let config = shared.config();
+    let secret = cluster.secret.clone().map(Bytes::from);
+    let peers: HashMap<_, _> = (cluster.peers())
+        .map(|member| (member.id, member.bus_addr.to_string()))
+        .collect();
+    let bus = Bus::new(cluster.node_id, secret.clone()).with_peers(peers);
+    let settings = Settings {
+        id: cluster.node_id,
+        addresses: (cluster.members.iter())
+            .map(|member| Address {
+                id: member.id,
+                addr: member.addr,
+                bus_addr: member.bus_addr,
+            })
+            .collect(),
+        heartbeat: cluster.heartbeat_interval,
+        election_timeout: cluster.election_timeout_min,
+        // Long enough for a new leader to be elected and an entry to
+        // commit through it.
+        patience: (cluster.election_timeout_max * 2).max(Duration::from_secs(3)),
+        storage: Storage::Dir(data_dir.path().to_path_buf()),
+    };
+    let make = make_registry(&config);
+    drop(config);
+    let forward = forwarder(bus.clone());
+    let started = start::start(settings, shared.clone(), bus, forward, make).await?;
+    let handler = handler(started.forwards.clone());
+    let raft = started.node.raft.clone();
+    let shutdown = shared.shutdown.clone();
+    tokio::spawn(serve(listener, raft, handler, secret, shutdown));
+    info!(
+        "Cluster node {} of {} started; its bus listens on {}",
+        cluster.node_id,
+        cluster.members.len(),
+        cluster.me().bus_addr
+    );
+    Ok((started.core, started.task))
+}
+
+/// Every replica's registry is made with this node's settings: they must
+/// be the same on every node (`CONFIG SET` of them is refused).
+fn make_registry(config: &Config) -> MakeRegistry {
+    let (ttl, retention) = (config.lease_ttl, config.lease_retention);
+    let (history_len, lock_delay) = (config.lease_history_len, config.lease_lock_delay);
+    Arc::new(move || {
+        let mut registry = Registry::new(ttl, 0);
+        registry.set_retention(retention);
+        registry.set_history_len(history_len);
+        registry.set_default_lock_delay(lock_delay);
+        registry
+    })
+}
+
+/// Forwards to a peer over the bus, at the address this node knows it by.
+fn forwarder(bus: Bus) -> Forwarder {
+    Arc::new(move |to, request| {
+        let bus = bus.clone();
+        async move {
+            let Some(addr) = bus.peer_addr(to).map(str::to_string) else {
+                return Err(ForwardFailure::NotSent(format!("node {to} is not a peer")));
+            };
+            bus.forward(&addr, request).await.map_err(|error| match error {
+                ForwardError::NotSent(why) => ForwardFailure::NotSent(why),
+                ForwardError::NoAnswer(why) => ForwardFailure::NoAnswer(why),
+            })
+        }
+        .boxed()
+    })
+}
+
+/// Hands a follower's forward to this node's core.
+fn handler(forwards: tokio::sync::mpsc::Sender<Forwarding>) -> ForwardHandler {
+    Arc::new(move |request| {
+        let forwards = forwards.clone();
+        async move {
+            let count = request.ops.len();
+            let (reply, answer) = oneshot::channel();
+            let stopped = || {
+                let refused = ClusterRefusal::TryAgain("the node is shutting down".into());
+                vec![Forwarded::Refused(refused); count]
+            };
+            if forwards.send(Forwarding { request, reply }).await.is_err() {
+                return stopped();
+            }
+            answer.await.unwrap_or_else(|_| stopped())
+        }
+        .boxed()
+    })
+}
