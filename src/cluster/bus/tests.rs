@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -27,9 +28,9 @@ use tokio_rustls::rustls::{ClientConfig, RootCertStore, ServerConfig};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tokio_util::sync::CancellationToken;
 
-use super::frame::{FrameError, MAX_HANDSHAKE_FRAME, encode, read_frame, write_frame};
+use super::frame::{FrameError, MAX_FRAME, MAX_HANDSHAKE_FRAME, encode, read_frame, write_frame};
 use super::handshake::{HandshakeError, Refusal, admit, introduce, prove};
-use super::wire::{Challenge, Hello, Kind, PROTOCOL, Proof, Verdict};
+use super::wire::{Challenge, Hello, Kind, PROTOCOL, Proof, Request, Response, Verdict};
 use super::{Bus, ForwardError, ForwardHandler, serve, serve_tls};
 use crate::cluster::node::Node;
 use crate::cluster::tests::{
@@ -602,6 +603,49 @@ async fn a_forward_left_unanswered_has_no_answer() {
     assert!(matches!(sent, Err(ForwardError::NoAnswer(_))), "{sent:?}");
     node.stop_serving().await;
     node.node.raft.shutdown().await.unwrap();
+}
+
+/// A peer slow to shake hands, then answering every forward with no
+/// outcomes; returns its address and how many connections it accepted.
+async fn slow_to_greet(delay: Duration) -> (String, Arc<AtomicUsize>, JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counted = accepted.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            counted.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                admit(&mut stream, 2, None).await.unwrap();
+                while let Ok(Request::Forward(_)) = read_frame(&mut stream, MAX_FRAME).await {
+                    write_frame(&mut stream, &Response::Forward(vec![]))
+                        .await
+                        .unwrap();
+                }
+            });
+        }
+    });
+    (addr, accepted, task)
+}
+
+#[tokio::test]
+async fn a_dial_past_its_callers_deadline_is_kept_for_the_next_call() {
+    let (addr, accepted, task) = slow_to_greet(Duration::from_millis(300)).await;
+    let hasty = Bus::new(1, None).with_forward_timeout(Duration::from_millis(50));
+    let sent = hasty.forward(&addr, forward(&["a"])).await;
+    assert!(matches!(sent, Err(ForwardError::NotSent(_))), "{sent:?}");
+    let kept = async {
+        while hasty.idle(&addr, Kind::Forward) == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(WAIT, kept).await.unwrap();
+    let patient = hasty.with_forward_timeout(WAIT);
+    assert_eq!(patient.forward(&addr, forward(&["a"])).await, Ok(vec![]));
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    task.abort();
 }
 
 /// Answers every op with `Flag(true)`.
