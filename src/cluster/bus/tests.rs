@@ -18,7 +18,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose,
 };
-use tokio::io::{AsyncReadExt, duplex};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, duplex};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tokio_rustls::rustls::crypto::ring;
@@ -648,6 +648,52 @@ async fn a_dial_past_its_callers_deadline_is_kept_for_the_next_call() {
     task.abort();
 }
 
+/// A raw connection to `addr` that passed the handshake as `kind`.
+async fn shaken(addr: &str, kind: Kind) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let hello = Hello {
+        protocol: PROTOCOL,
+        from: 1,
+        kind,
+    };
+    introduce(&mut stream, hello, None, None).await.unwrap();
+    stream
+}
+
+/// Waits for the peer to close `stream`, reading nothing.
+async fn closed(stream: &mut TcpStream) {
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(WAIT, stream.read_to_end(&mut rest)).await;
+    assert_eq!(read.unwrap().unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_server_closes_a_connection_that_breaks_the_protocol() {
+    let mut node = lone(echo(), None, None).await;
+    let request = Request::Forward(forward(&["a"]));
+
+    // A corrupt frame.
+    let mut stream = shaken(&node.addr, Kind::Forward).await;
+    let mut bytes = encode(&request).unwrap();
+    *bytes.last_mut().unwrap() ^= 1;
+    stream.write_all(&bytes).await.unwrap();
+    closed(&mut stream).await;
+
+    // A call on a connection of another kind.
+    let mut stream = shaken(&node.addr, Kind::Vote).await;
+    write_frame(&mut stream, &request).await.unwrap();
+    closed(&mut stream).await;
+
+    // The same call on its own kind is answered.
+    let mut stream = shaken(&node.addr, Kind::Forward).await;
+    write_frame(&mut stream, &request).await.unwrap();
+    let answer: Response = read_frame(&mut stream, MAX_FRAME).await.unwrap();
+    assert!(matches!(answer, Response::Forward(_)), "{answer:?}");
+
+    node.stop_serving().await;
+    node.node.raft.shutdown().await.unwrap();
+}
+
 /// Answers every op with `Flag(true)`.
 fn echo() -> ForwardHandler {
     Arc::new(|forward: Forward| {
@@ -684,9 +730,7 @@ async fn a_forward_with_the_wrong_secret_is_not_sent_and_closed() {
     write_frame(&mut stream, &Proof { mac }).await.unwrap();
     let verdict: Verdict = read_frame(&mut stream, MAX_HANDSHAKE_FRAME).await.unwrap();
     assert!(matches!(verdict, Verdict::Refused(_)), "{verdict:?}");
-    let mut rest = Vec::new();
-    let closed = tokio::time::timeout(WAIT, stream.read_to_end(&mut rest)).await;
-    assert_eq!(closed.unwrap().unwrap(), 0);
+    closed(&mut stream).await;
 
     node.stop_serving().await;
     node.node.raft.shutdown().await.unwrap();
