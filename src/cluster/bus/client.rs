@@ -114,6 +114,11 @@ impl Bus {
         }
     }
 
+    #[cfg(test)]
+    pub(super) fn idle(&self, addr: &str, kind: Kind) -> usize {
+        self.pool.idle(addr, kind)
+    }
+
     fn peer(&self, target: NodeId, node: &BasicNode, append: Kind) -> Peer {
         Peer {
             pool: self.pool.clone(),

@@ -18,6 +18,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+use tokio::sync::oneshot;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::rustls::pki_types::ServerName;
@@ -112,7 +113,7 @@ impl Pool {
         let bytes = frame::encode(request).map_err(|e| CallError::NotSent(e.to_string()))?;
         let mut stream = match self.take_idle(addr, kind) {
             Some(stream) => stream,
-            None => self.dial(addr, kind, expected).await?,
+            None => self.connect(addr, kind, expected).await?,
         };
         // A failed write means the peer lacks at least the frame's end,
         // and a frame is acted on only whole.
@@ -125,6 +126,29 @@ impl Pool {
             .map_err(|e| CallError::NoAnswer(format!("{addr}: {e}")))?;
         self.put_idle(addr, kind, stream);
         Ok(response)
+    }
+
+    /// A new connection, dialled by a task of its own: a caller whose
+    /// deadline passes mid-dial leaves the connection to the pool, so a
+    /// short deadline (a heartbeat's) under load does not dial forever
+    /// without ever getting to use the connection.
+    async fn connect(
+        &self,
+        addr: &str,
+        kind: Kind,
+        expected: Option<NodeId>,
+    ) -> Result<Conn, CallError> {
+        let (tx, rx) = oneshot::channel();
+        let pool = self.clone();
+        let owned = addr.to_string();
+        tokio::spawn(async move {
+            let dialled = pool.dial(&owned, kind, expected).await;
+            if let Err(Ok(conn)) = tx.send(dialled) {
+                pool.put_idle(&owned, kind, conn);
+            }
+        });
+        rx.await
+            .unwrap_or_else(|_| Err(CallError::NotSent(format!("{addr}: dialling failed"))))
     }
 
     /// A new connection to `addr`, introduced as `kind`.
@@ -186,6 +210,13 @@ impl Pool {
             }
         }
         None
+    }
+
+    /// How many idle connections to `addr` of `kind` the pool holds.
+    #[cfg(test)]
+    pub fn idle(&self, addr: &str, kind: Kind) -> usize {
+        let idle = self.idle.lock().unwrap();
+        idle.get(&(addr.to_string(), kind)).map_or(0, Vec::len)
     }
 
     fn put_idle(&self, addr: &str, kind: Kind, stream: Conn) {

@@ -168,6 +168,16 @@ where
                 return;
             }
         };
+        // A call on the wrong connection is a bug in the peer: better
+        // seen than answered.
+        if !request.goes_on(hello.kind) {
+            tracing::warn!(
+                "bus: closing node {node}'s {:?} connection from {peer}: it carried a call of \
+                 another kind",
+                hello.kind
+            );
+            return;
+        }
         let response = answer(context, request).await;
         if let Err(error) = write_frame(&mut stream, &response).await {
             tracing::debug!("bus: cannot answer node {node} at {peer}: {error}");

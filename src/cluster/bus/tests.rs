@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::io;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,7 +18,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose,
 };
-use tokio::io::{AsyncReadExt, duplex};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, duplex};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tokio_rustls::rustls::crypto::ring;
@@ -27,9 +28,9 @@ use tokio_rustls::rustls::{ClientConfig, RootCertStore, ServerConfig};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tokio_util::sync::CancellationToken;
 
-use super::frame::{FrameError, MAX_HANDSHAKE_FRAME, encode, read_frame, write_frame};
+use super::frame::{FrameError, MAX_FRAME, MAX_HANDSHAKE_FRAME, encode, read_frame, write_frame};
 use super::handshake::{HandshakeError, Refusal, admit, introduce, prove};
-use super::wire::{Challenge, Hello, Kind, PROTOCOL, Proof, Verdict};
+use super::wire::{Challenge, Hello, Kind, PROTOCOL, Proof, Request, Response, Verdict};
 use super::{Bus, ForwardError, ForwardHandler, serve, serve_tls};
 use crate::cluster::node::{Node, Storage};
 use crate::cluster::tests::{
@@ -611,6 +612,95 @@ async fn a_forward_left_unanswered_has_no_answer() {
     node.node.raft.shutdown().await.unwrap();
 }
 
+/// A peer slow to shake hands, then answering every forward with no
+/// outcomes; returns its address and how many connections it accepted.
+async fn slow_to_greet(delay: Duration) -> (String, Arc<AtomicUsize>, JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counted = accepted.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            counted.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                admit(&mut stream, 2, None).await.unwrap();
+                while let Ok(Request::Forward(_)) = read_frame(&mut stream, MAX_FRAME).await {
+                    write_frame(&mut stream, &Response::Forward(vec![]))
+                        .await
+                        .unwrap();
+                }
+            });
+        }
+    });
+    (addr, accepted, task)
+}
+
+#[tokio::test]
+async fn a_dial_past_its_callers_deadline_is_kept_for_the_next_call() {
+    let (addr, accepted, task) = slow_to_greet(Duration::from_millis(300)).await;
+    let hasty = Bus::new(1, None).with_forward_timeout(Duration::from_millis(50));
+    let sent = hasty.forward(&addr, forward(&["a"])).await;
+    assert!(matches!(sent, Err(ForwardError::NotSent(_))), "{sent:?}");
+    let kept = async {
+        while hasty.idle(&addr, Kind::Forward) == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(WAIT, kept).await.unwrap();
+    let patient = hasty.with_forward_timeout(WAIT);
+    assert_eq!(patient.forward(&addr, forward(&["a"])).await, Ok(vec![]));
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    task.abort();
+}
+
+/// A raw connection to `addr` that passed the handshake as `kind`.
+async fn shaken(addr: &str, kind: Kind) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let hello = Hello {
+        protocol: PROTOCOL,
+        from: 1,
+        kind,
+    };
+    introduce(&mut stream, hello, None, None).await.unwrap();
+    stream
+}
+
+/// Waits for the peer to close `stream`, reading nothing.
+async fn closed(stream: &mut TcpStream) {
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(WAIT, stream.read_to_end(&mut rest)).await;
+    assert_eq!(read.unwrap().unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_server_closes_a_connection_that_breaks_the_protocol() {
+    let mut node = lone(echo(), None, None).await;
+    let request = Request::Forward(forward(&["a"]));
+
+    // A corrupt frame.
+    let mut stream = shaken(&node.addr, Kind::Forward).await;
+    let mut bytes = encode(&request).unwrap();
+    *bytes.last_mut().unwrap() ^= 1;
+    stream.write_all(&bytes).await.unwrap();
+    closed(&mut stream).await;
+
+    // A call on a connection of another kind.
+    let mut stream = shaken(&node.addr, Kind::Vote).await;
+    write_frame(&mut stream, &request).await.unwrap();
+    closed(&mut stream).await;
+
+    // The same call on its own kind is answered.
+    let mut stream = shaken(&node.addr, Kind::Forward).await;
+    write_frame(&mut stream, &request).await.unwrap();
+    let answer: Response = read_frame(&mut stream, MAX_FRAME).await.unwrap();
+    assert!(matches!(answer, Response::Forward(_)), "{answer:?}");
+
+    node.stop_serving().await;
+    node.node.raft.shutdown().await.unwrap();
+}
+
 /// Answers every op with `Flag(true)`.
 fn echo() -> ForwardHandler {
     Arc::new(|forward: Forward| {
@@ -647,9 +737,7 @@ async fn a_forward_with_the_wrong_secret_is_not_sent_and_closed() {
     write_frame(&mut stream, &Proof { mac }).await.unwrap();
     let verdict: Verdict = read_frame(&mut stream, MAX_HANDSHAKE_FRAME).await.unwrap();
     assert!(matches!(verdict, Verdict::Refused(_)), "{verdict:?}");
-    let mut rest = Vec::new();
-    let closed = tokio::time::timeout(WAIT, stream.read_to_end(&mut rest)).await;
-    assert_eq!(closed.unwrap().unwrap(), 0);
+    closed(&mut stream).await;
 
     node.stop_serving().await;
     node.node.raft.shutdown().await.unwrap();

@@ -43,6 +43,24 @@ impl Kind {
     }
 }
 
+impl Request {
+    /// Whether a connection of `kind` carries this request: each kind its
+    /// own calls, and the vote connection the leader's heartbeats too
+    /// (appends with no entries, though any append is let through).
+    pub fn goes_on(&self, kind: Kind) -> bool {
+        matches!(
+            (kind, self),
+            (Kind::Append | Kind::Vote, Request::Append(_))
+                | (
+                    Kind::Vote,
+                    Request::Vote(_) | Request::PreVote(_) | Request::TransferLeader(_)
+                )
+                | (Kind::Snapshot, Request::Snapshot { .. })
+                | (Kind::Forward, Request::Forward(_))
+        )
+    }
+}
+
 /// Client → server, first: who is calling, and for what.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Hello {
