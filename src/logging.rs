@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use tracing::level_filters::LevelFilter;
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
@@ -59,7 +60,13 @@ pub fn init(config: &Config) -> Result<(), LogFileError> {
     let lines = tracing_subscriber::fmt::layer()
         .with_target(false)
         .with_writer(writer);
-    let subscriber = tracing_subscriber::registry().with(level);
+    // openraft reports every failed heartbeat to an unreachable peer (ten
+    // a second) as a warning; the node logs its own view of the cluster
+    // (leaders, elections) instead, and openraft's errors still show.
+    let raft = Targets::new()
+        .with_target("openraft", LevelFilter::ERROR)
+        .with_default(LevelFilter::TRACE);
+    let subscriber = tracing_subscriber::registry().with(level).with(raft);
     match config.logformat {
         LogFormat::Text => subscriber.with(lines.with_ansi(terminal)).init(),
         LogFormat::Json => subscriber

@@ -96,10 +96,12 @@ fn forwarder(bus: Bus) -> Forwarder {
             let Some(addr) = bus.peer_addr(to).map(str::to_string) else {
                 return Err(ForwardFailure::NotSent(format!("node {to} is not a peer")));
             };
-            bus.forward(&addr, request).await.map_err(|error| match error {
-                ForwardError::NotSent(why) => ForwardFailure::NotSent(why),
-                ForwardError::NoAnswer(why) => ForwardFailure::NoAnswer(why),
-            })
+            bus.forward(&addr, request)
+                .await
+                .map_err(|error| match error {
+                    ForwardError::NotSent(why) => ForwardFailure::NotSent(why),
+                    ForwardError::NoAnswer(why) => ForwardFailure::NoAnswer(why),
+                })
         }
         .boxed()
     })

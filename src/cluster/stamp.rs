@@ -53,9 +53,10 @@ impl Anchor {
         *self.at.lock().expect("anchor lock") = ((self.wall)(), tokio::time::Instant::now());
     }
 
+    /// To the millisecond, as the single node's clock reads.
     pub fn now(&self) -> f64 {
         let (wall, at) = *self.at.lock().expect("anchor lock");
-        wall + at.elapsed().as_secs_f64()
+        ((wall + at.elapsed().as_secs_f64()) * 1000.0).floor() / 1000.0
     }
 
     /// The anchored time as a [`Clock`] for the stamper.

@@ -616,7 +616,7 @@ pub(super) static DIRECTIVES: &[Directive] = &[
     },
     Directive {
         name: "cluster-election-timeout",
-        default: &["1000"],
+        default: &["600"],
         value_name: "MILLISECONDS",
         help: "A follower that hears no leader for between this and twice this stands for election (at least 3 heartbeat intervals)",
         syntax: Syntax::One,

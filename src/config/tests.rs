@@ -678,7 +678,7 @@ fn config_get_all_in_table_order() {
         ("cluster-secret", ""),
         ("cluster-max-clock-skew", "500"),
         ("cluster-heartbeat-interval", "100"),
-        ("cluster-election-timeout", "1000"),
+        ("cluster-election-timeout", "600"),
         ("cluster-redirect", "proxy"),
         ("save", ""),
         ("databases", "1"),
@@ -1867,13 +1867,13 @@ fn the_election_timeout_is_at_least_three_heartbeats() {
     assert_eq!(
         error,
         ClusterError::ElectionTimeoutTooShort {
-            election_timeout: 1000,
+            election_timeout: 600,
             heartbeat_interval: 400
         }
     );
     assert_eq!(
         error.to_string(),
-        "cluster-election-timeout (1000 ms) is less than 3 times cluster-heartbeat-interval \
+        "cluster-election-timeout (600 ms) is less than 3 times cluster-heartbeat-interval \
          (400 ms): followers would depose a leader that is alive"
     );
     // Exactly three is enough, in either order of the lines.
