@@ -1558,7 +1558,7 @@ fn cluster_defaults_are_a_single_node() {
     assert_eq!(config.cluster_secret, "");
     assert_eq!(config.cluster_max_clock_skew, 500);
     assert_eq!(config.cluster_heartbeat_interval, 100);
-    assert_eq!(config.cluster_election_timeout, 1000);
+    assert_eq!(config.cluster_election_timeout, 600);
     assert_eq!(config.cluster_redirect, ClusterRedirect::Proxy);
     assert_eq!(config.cluster(), Ok(None));
     // Nodes listed but the cluster off: still a single node, unchecked.
