@@ -23,9 +23,11 @@
 //! have happened ([`Refusal::Uncertain`]: appended, then leadership moved
 //! or the cluster went silent).
 
-use std::sync::{Arc, Mutex};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::ClientWriteError;
@@ -36,6 +38,7 @@ use tracing::warn;
 use super::node::Node;
 use super::types::{ClusterRefusal, Command, Forward, Forwarded, NodeId, Tick};
 use crate::config::{DirectiveError, SetError};
+use crate::core::waiters::{Waiter, Waiters};
 use crate::core::{Answer, Batch, CommandStats, CoreAnswer, CoreCommand, CoreReport, Refusal};
 use crate::logging;
 use crate::registry::{Op, Outcome};
@@ -93,15 +96,35 @@ struct Pending {
     waiting: Vec<(usize, usize)>,
 }
 
+/// What comes back to the core from the tasks that wait for entries.
+pub(super) enum Wake {
+    /// An acquire for a blocked client came back.
+    Tried {
+        run: Bytes,
+        waiter: Waiter,
+        outcome: Outcomes,
+    },
+    /// A round with releases was applied: runs may be free.
+    Released,
+}
+
 pub struct ClusterCore {
-    node: Arc<Node>,
+    pub(super) node: Arc<Node>,
     forward: Forwarder,
-    shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared>,
     /// Counted when outcomes arrive, on tasks of their own.
     stats: Arc<Mutex<CommandStats>>,
     /// How long a command may wait for its entry to be applied before it
     /// is answered `-UNCERTAIN`.
     patience: Duration,
+    /// This node's blocked acquires (`waiting`).
+    pub(super) waiters: Waiters,
+    /// Runs with an acquire for their head waiter on its way.
+    pub(super) trying: HashSet<Bytes>,
+    pub(super) wake: mpsc::UnboundedSender<Wake>,
+    wakes: Option<mpsc::UnboundedReceiver<Wake>>,
+    /// The leader last seen: when it changes, blocked clients are told.
+    leader: Option<NodeId>,
 }
 
 impl ClusterCore {
@@ -111,27 +134,44 @@ impl ClusterCore {
         shared: Arc<Shared>,
         patience: Duration,
     ) -> ClusterCore {
+        let (wake, wakes) = mpsc::unbounded_channel();
         ClusterCore {
             node,
             forward,
             shared,
             stats: Arc::new(Mutex::new(CommandStats::default())),
             patience,
+            waiters: Waiters::default(),
+            trying: HashSet::new(),
+            wake,
+            wakes: Some(wakes),
+            leader: None,
         }
+    }
+
+    pub(super) fn stats(&self) -> MutexGuard<'_, CommandStats> {
+        self.stats.lock().expect("stats lock")
     }
 
     /// Serves connections' batches and followers' forwards until every
     /// handle is gone.
     pub(crate) async fn run(
-        self,
+        mut self,
         mut queue: mpsc::Receiver<Batch>,
         mut forwards: mpsc::Receiver<Forwarding>,
     ) {
+        let mut wakes = self.wakes.take().expect("the core runs once");
+        let timeout = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(timeout);
         let mut batches = Vec::with_capacity(MAX_DRAIN);
         let mut forwarded = Vec::new();
         let mut ticks = tokio::time::interval(TICK_EVERY);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            let deadline = self.waiters.next_deadline();
+            if let Some(at) = deadline {
+                timeout.as_mut().reset(at);
+            }
             tokio::select! {
                 biased;
                 received = queue.recv_many(&mut batches, MAX_DRAIN) => {
@@ -152,6 +192,18 @@ impl ClusterCore {
                 }
                 _ = ticks.tick() => {
                     self.tick().await;
+                    self.serve_waiters().await;
+                    continue;
+                }
+                Some(wake) = wakes.recv() => {
+                    if let Wake::Tried { run, waiter, outcome } = wake {
+                        self.tried(run, waiter, outcome).await;
+                    }
+                    self.serve_waiters().await;
+                    continue;
+                }
+                () = &mut timeout, if deadline.is_some() => {
+                    self.serve_waiters().await;
                     continue;
                 }
             }
@@ -164,7 +216,7 @@ impl ClusterCore {
 
     /// One round: lease ops to the log (or to the leader), the rest
     /// answered here.
-    async fn round(&self, requests: Vec<Request>) {
+    async fn round(&mut self, requests: Vec<Request>) {
         let leading = self.node.raft.as_leader().is_ok();
         let started = Instant::now();
         let clock = self.shared.clock.now();
@@ -193,11 +245,23 @@ impl ClusterCore {
                 let answer = match command {
                     CoreCommand::Op(op) => match refusal(&op, clock, max_skew) {
                         Some(refused) => Some(CoreAnswer::Refused(refused)),
+                        // The run goes to this node's blocked clients first.
+                        None if self.waited_for(&op) => {
+                            Some(CoreAnswer::Outcome(Outcome::Acquired(None)))
+                        }
                         None => {
                             request.waiting.push((request.answers.len(), ops.len()));
                             ops.push(op);
                             None
                         }
+                    },
+                    CoreCommand::AcquireBlocking {
+                        op,
+                        timeout,
+                        client_id,
+                    } => match refusal(&op, clock, max_skew) {
+                        Some(refused) => Some(CoreAnswer::Refused(refused)),
+                        None => Some(self.acquire_blocking(op, timeout, client_id)),
                     },
                     other => Some(self.execute(other)),
                 };
@@ -207,12 +271,16 @@ impl ClusterCore {
         }
         let outcomes = match ops.is_empty() {
             true => Box::pin(async { Ok(Vec::new()) }) as BoxFuture<'static, _>,
-            false if leading => self.propose(ops.clone()).await,
-            false => self.relay(ops.clone()),
+            false => self.submit(ops.clone()).await,
         };
         let stats = self.stats.clone();
+        let releases = ops.iter().any(|op| matches!(op, Op::Release { .. }));
+        let wake = (releases && !self.waiters.is_empty()).then(|| self.wake.clone());
         tokio::spawn(async move {
             let outcomes = outcomes.await;
+            if let Some(wake) = wake {
+                let _ = wake.send(Wake::Released);
+            }
             if let Ok(outcomes) = &outcomes {
                 let mut stats = stats.lock().expect("stats lock");
                 for (op, outcome) in ops.iter().zip(outcomes) {
@@ -224,6 +292,20 @@ impl ClusterCore {
             }
             answer(pending, outcomes, started.elapsed());
         });
+    }
+
+    /// Sends `ops` to the log as one entry: proposed here if this node
+    /// leads, forwarded to the leader otherwise.
+    pub(super) async fn submit(&self, ops: Vec<Op>) -> BoxFuture<'static, Outcomes> {
+        match self.node.raft.as_leader() {
+            Ok(_) => self.propose(ops).await,
+            Err(_) => self.relay(ops),
+        }
+    }
+
+    /// Whether `op` is an acquire of a run this node's clients wait for.
+    fn waited_for(&self, op: &Op) -> bool {
+        matches!(op, Op::Acquire { run_id, .. } if self.waiters.has_waiters(run_id))
     }
 
     /// Appends `ops` as one entry stamped with this leader's time; the
@@ -299,7 +381,14 @@ impl ClusterCore {
     /// lets time pass on every replica, so expiries are seen (and
     /// announced) everywhere without a command, and reclaims a bounded
     /// count of leases. A busy leader's commands move time themselves.
-    async fn tick(&self) {
+    async fn tick(&mut self) {
+        let leader = self.node.raft.metrics().borrow_watched().current_leader;
+        if leader != self.leader {
+            if self.leader.is_some() {
+                self.leader_changed();
+            }
+            self.leader = leader;
+        }
         if self.node.raft.as_leader().is_err() {
             return;
         }
@@ -323,14 +412,15 @@ impl ClusterCore {
     }
 
     /// The commands that are not lease ops, answered by this node.
-    fn execute(&self, command: CoreCommand) -> CoreAnswer {
+    fn execute(&mut self, command: CoreCommand) -> CoreAnswer {
         match command {
-            CoreCommand::Op(_) => unreachable!("lease ops go through the log"),
-            CoreCommand::AcquireBlocking { .. } => {
-                CoreAnswer::Refused(Refusal::NotInCluster("LEASE.ACQUIRE with BLOCK"))
+            CoreCommand::Op(_) | CoreCommand::AcquireBlocking { .. } => {
+                unreachable!("lease ops go through the log")
             }
-            CoreCommand::Waiters(_) => CoreAnswer::Workers(Vec::new()),
-            CoreCommand::Unblock { .. } => CoreAnswer::Outcome(Outcome::Flag(false)),
+            CoreCommand::Waiters(run_id) => CoreAnswer::Workers(self.waiters.workers(&run_id)),
+            CoreCommand::Unblock { client_id, error } => {
+                CoreAnswer::Outcome(Outcome::Flag(self.unblock(client_id, error)))
+            }
             CoreCommand::Report => CoreAnswer::Report(Box::new(self.report())),
             CoreCommand::RewriteLog => CoreAnswer::Refused(Refusal::NotInCluster(
                 "BGREWRITEAOF (the Raft log is snapshotted)",
@@ -357,7 +447,7 @@ impl ClusterCore {
             token_ceiling: registry.last_token(),
             registry_time: registry.time(),
             lease_ttl: registry.default_ttl(),
-            blocked_clients: 0,
+            blocked_clients: self.waiters.count(),
             run_data: registry.data_count(),
             run_data_bytes: registry.data_memory(),
             history_entries: registry.history_entries(),
@@ -408,7 +498,7 @@ impl ClusterCore {
     }
 }
 
-type Outcomes = Result<Vec<Forwarded>, Refusal>;
+pub(super) type Outcomes = Result<Vec<Forwarded>, Refusal>;
 
 /// Refusals decided before an op is proposed: an explicit `now` too far
 /// ahead of this node's clock.

@@ -298,3 +298,96 @@ async fn a_follower_without_a_reachable_leader_says_try_again() {
     let replica = cluster.nodes[&leader].started.node.state.lock();
     assert_eq!(replica.registry.len(), 0, "nothing reached the leader");
 }
+
+fn release(lease: &Lease) -> Op {
+    Op::Release {
+        lease_id: lease.lease_id().into(),
+        token: lease.fencing_token,
+    }
+}
+
+/// A blocked acquire sent to node `id`: its receiver.
+async fn block(
+    cluster: &Cluster,
+    id: NodeId,
+    op: Op,
+    timeout: Option<Duration>,
+) -> oneshot::Receiver<crate::core::Granted> {
+    let command = CoreCommand::AcquireBlocking {
+        op,
+        timeout,
+        client_id: 7,
+    };
+    match cluster.core(id).call(vec![command]).await.answers.pop() {
+        Some(CoreAnswer::Blocked(receiver)) => receiver,
+        other => panic!("not blocked: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_acquire_on_a_follower_gets_the_run_when_it_is_released() {
+    let cluster = Cluster::start(&[1, 2, 3]).await;
+    let leader = cluster.leader(&[1, 2, 3]).await;
+    let follower = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
+    let held = lease(&cluster.call(leader, vec![acquire("a", "w1")]).await[0]);
+    cluster.converge(&[1, 2, 3], 1).await;
+
+    let waiting = block(&cluster, follower, acquire("a", "w2"), None).await;
+    // The follower's clients wait for the run: an acquire there gets null.
+    let answers = cluster.call(follower, vec![acquire("a", "w3")]).await;
+    assert!(matches!(
+        answers[0],
+        CoreAnswer::Outcome(Outcome::Acquired(None))
+    ));
+    let waiters = cluster
+        .core(follower)
+        .call(vec![CoreCommand::Waiters(Bytes::from_static(b"a"))])
+        .await;
+    assert!(
+        matches!(&waiters.answers[0], CoreAnswer::Workers(workers) if workers == &[Bytes::from_static(b"w2")])
+    );
+
+    assert!(flag(&cluster.call(leader, vec![release(&held)]).await[0]));
+    let granted = tokio::time::timeout(WAIT, waiting).await.unwrap().unwrap();
+    match granted {
+        crate::core::Granted::Lease(lease, None) => {
+            assert_eq!(
+                (lease.worker_id.as_ref(), lease.fencing_token),
+                (&b"w2"[..], 2)
+            );
+        }
+        other => panic!("not granted: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_acquire_times_out_and_blocked_clients_hear_of_a_new_leader() {
+    let cluster = Cluster::start(&[1, 2, 3]).await;
+    let leader = cluster.leader(&[1, 2, 3]).await;
+    let follower = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
+    lease(&cluster.call(leader, vec![acquire("a", "w1")]).await[0]);
+    cluster.converge(&[1, 2, 3], 1).await;
+
+    let short = block(
+        &cluster,
+        follower,
+        acquire("a", "w2"),
+        Some(Duration::from_millis(200)),
+    );
+    let granted = tokio::time::timeout(WAIT, short.await)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(granted, crate::core::Granted::TimedOut),
+        "{granted:?}"
+    );
+
+    let waiting = block(&cluster, follower, acquire("a", "w3"), None).await;
+    cluster.router.isolate(leader);
+    let granted = tokio::time::timeout(WAIT, waiting).await.unwrap().unwrap();
+    assert!(
+        matches!(granted, crate::core::Granted::Refused(Refusal::TryAgain(_))),
+        "{granted:?}"
+    );
+}

@@ -31,6 +31,7 @@ pub mod state_machine;
 pub mod status;
 pub mod types;
 pub mod views;
+mod waiting;
 
 #[cfg(test)]
 mod core_tests;

@@ -64,6 +64,7 @@ impl Core {
             with_data,
             reply,
             since: Instant::now(),
+            deadline: None,
         };
         let deadline = timeout.map(|timeout| Instant::now() + timeout);
         let free_at = self.registry.free_at(&run_id);

@@ -44,7 +44,7 @@ mod publish;
 mod report;
 mod task;
 mod tokens;
-mod waiters;
+pub(crate) mod waiters;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -49,6 +49,8 @@ pub struct Waiter {
     pub reply: oneshot::Sender<Granted>,
     /// When it began to wait.
     pub since: Instant,
+    /// When its `BLOCK` timeout runs out (set when it is queued).
+    pub deadline: Option<Instant>,
 }
 
 impl Waiter {
@@ -104,6 +106,7 @@ impl Waiters {
     ) {
         self.next_id += 1;
         waiter.id = self.next_id;
+        waiter.deadline = deadline;
         if let Some(deadline) = deadline {
             self.deadlines
                 .push(Reverse((deadline, waiter.id, run.clone())));
@@ -169,6 +172,38 @@ impl Waiters {
         waiter
     }
 
+    /// Puts back at the head of its run's queue a waiter taken with
+    /// [`Waiters::pop`] whose attempt at the run did not get it (cluster
+    /// mode, where a grant is a round trip through the log), keeping its
+    /// place and its timeout; gives it back if that has run out meanwhile.
+    pub fn push_front(&mut self, run: Bytes, waiter: Waiter, free_at: f64) -> Option<Waiter> {
+        if let Some(deadline) = waiter.deadline {
+            if deadline <= Instant::now() {
+                return Some(waiter);
+            }
+            self.deadlines
+                .push(Reverse((deadline, waiter.id, run.clone())));
+        }
+        self.queues
+            .entry(run.clone())
+            .or_default()
+            .push_front(waiter);
+        self.free_at(run, free_at);
+        None
+    }
+
+    /// The runs that have waiters.
+    pub fn runs(&self) -> Vec<Bytes> {
+        self.queues.keys().cloned().collect()
+    }
+
+    /// Takes every waiter out.
+    pub fn drain(&mut self) -> Vec<Waiter> {
+        self.frees.clear();
+        self.deadlines.clear();
+        self.queues.drain().flat_map(|(_, queue)| queue).collect()
+    }
+
     /// The waiters whose timeout has run out at `now`, taken out.
     pub fn timed_out(&mut self, now: Instant) -> Vec<Waiter> {
         let mut out = Vec::new();
@@ -230,6 +265,7 @@ mod tests {
             with_data: false,
             reply,
             since: Instant::now(),
+            deadline: None,
         };
         (waiter, receiver)
     }
