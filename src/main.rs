@@ -94,7 +94,10 @@ async fn start(config: Config) -> Result<(), Box<dyn std::error::Error>> {
 /// The persistence mode, in the directives' own words (the log's path
 /// follows when it is loaded).
 fn persistence(config: &Config) -> String {
-    if config.appendonly {
+    if config.cluster_enabled {
+        // appendonly and appendfsync do not apply: the Raft log is the log.
+        "cluster mode, the Raft log under raft/ (fsynced before each acknowledgement)".to_owned()
+    } else if config.appendonly {
         format!(
             "appendonly yes, appendfsync {}",
             config.appendfsync.as_str()
