@@ -11,7 +11,7 @@ use futures_util::FutureExt;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::bus::{Bus, ForwardError, ForwardHandler, serve};
 use super::core::{ForwardFailure, Forwarder, Forwarding};
@@ -21,7 +21,7 @@ use super::state_machine::MakeRegistry;
 use super::status::Address;
 use super::types::{ClusterRefusal, Forwarded};
 use crate::ceiling::DataDir;
-use crate::config::{ClusterConfig, Config};
+use crate::config::{ClusterConfig, ClusterRedirect, Config};
 use crate::core::CoreHandle;
 use crate::registry::Registry;
 use crate::state::Shared;
@@ -36,6 +36,12 @@ pub async fn start(
     listener: TcpListener,
 ) -> Result<(CoreHandle, JoinHandle<()>), StartError> {
     let config = shared.config();
+    if cluster.redirect == ClusterRedirect::Moved {
+        warn!(
+            "cluster-redirect moved is not built yet: followers proxy commands to the leader \
+             (cluster-redirect proxy)"
+        );
+    }
     let secret = cluster.secret.clone().map(Bytes::from);
     let peers: HashMap<_, _> = (cluster.peers())
         .map(|member| (member.id, member.bus_addr.to_string()))
