@@ -67,10 +67,21 @@ fn forwarder(from: NodeId, router: Arc<Router>, forwards: Forwards) -> Forwarder
 
 impl Cluster {
     pub(super) async fn start(ids: &[NodeId]) -> Cluster {
+        Cluster::start_with(ids, &[]).await
+    }
+
+    /// A cluster whose nodes' clocks are off the machine's by `offsets`
+    /// seconds (in `ids`' order; missing ones are 0).
+    pub(super) async fn start_with(ids: &[NodeId], offsets: &[f64]) -> Cluster {
         let router = Arc::new(Router::default());
         let forwards: Forwards = Arc::default();
         let mut nodes = HashMap::new();
-        for &id in ids {
+        for (index, &id) in ids.iter().enumerate() {
+            let offset = offsets.get(index).copied().unwrap_or(0.0);
+            let clock = Clock::Tokio {
+                start: Clock::System.now() + offset,
+                origin: tokio::time::Instant::now(),
+            };
             let settings = Settings {
                 id,
                 addresses: ids.iter().map(|&id| address(id)).collect(),
@@ -85,7 +96,7 @@ impl Cluster {
                 lease_max_skew: 0.0,
                 ..Config::default()
             };
-            let shared = Arc::new(Shared::new(config, Vec::new(), Vec::new(), Clock::System));
+            let shared = Arc::new(Shared::new(config, Vec::new(), Vec::new(), clock));
             let links = Links {
                 from: id,
                 router: router.clone(),
@@ -107,6 +118,11 @@ impl Cluster {
             nodes,
             forwards,
         }
+    }
+
+    /// Whether node `id` leads now.
+    pub(super) fn nodes_leads(&self, id: NodeId) -> bool {
+        self.nodes[&id].started.node.raft.is_leader()
     }
 
     pub(super) fn core(&self, id: NodeId) -> &CoreHandle {

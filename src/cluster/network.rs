@@ -25,6 +25,8 @@ pub struct Router {
     nodes: Mutex<HashMap<NodeId, Raft<TypeConfig, StateMachine>>>,
     /// `(from, to)`: requests from `from` do not reach `to`.
     cut: Mutex<HashSet<(NodeId, NodeId)>>,
+    /// `(from, to)`: requests from `from` reach `to` this much later.
+    delays: Mutex<HashMap<(NodeId, NodeId), std::time::Duration>>,
 }
 
 fn unreachable(from: NodeId, to: NodeId) -> Unreachable<TypeConfig> {
@@ -56,9 +58,25 @@ impl Router {
         }
     }
 
-    /// Mends every link.
+    /// Mends every link, and takes their delays away.
     pub fn heal(&self) {
         self.cut.lock().unwrap().clear();
+        self.delays.lock().unwrap().clear();
+    }
+
+    /// Delays both directions between `a` and `b`.
+    pub fn delay(&self, a: NodeId, b: NodeId, by: std::time::Duration) {
+        let mut delays = self.delays.lock().unwrap();
+        delays.insert((a, b), by);
+        delays.insert((b, a), by);
+    }
+
+    /// Waits out the delay of the link `from` -> `to`, if it has one.
+    async fn wait(&self, from: NodeId, to: NodeId) {
+        let delay = self.delays.lock().unwrap().get(&(from, to)).copied();
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
+        }
     }
 
     fn target(
@@ -127,6 +145,7 @@ impl RaftNetworkV2<TypeConfig> for Link {
         rpc: AppendEntriesRequest<TypeConfig>,
         _option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.router.wait(self.from, self.to).await;
         let raft = self.router.target(self.from, self.to)?;
         let reply = raft
             .append_entries(rpc)
@@ -141,6 +160,7 @@ impl RaftNetworkV2<TypeConfig> for Link {
         rpc: VoteRequest<TypeConfig>,
         _option: RPCOption,
     ) -> Result<VoteResponse<TypeConfig>, RPCError<TypeConfig>> {
+        self.router.wait(self.from, self.to).await;
         let raft = self.router.target(self.from, self.to)?;
         let reply = raft.vote(rpc).await.map_err(|error| self.lost(error))?;
         self.router.back(self.from, self.to)?;
@@ -154,6 +174,7 @@ impl RaftNetworkV2<TypeConfig> for Link {
         _cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
         _option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        self.router.wait(self.from, self.to).await;
         let raft = self.router.target(self.from, self.to)?;
         let reply = raft
             .install_full_snapshot(vote, snapshot)
