@@ -189,7 +189,14 @@ async fn publish_status(
         last_state = current.state;
         last_leader = current.current_leader;
         let status = ClusterStatus::from_metrics(&current, &addresses, elections);
-        shared.set_cluster(Some(status));
+        // The clock guard's part (serve.rs) is kept as it last published it.
+        shared.update_cluster(|published| {
+            let clock = published.map(|status| status.clock).unwrap_or_default();
+            Some(ClusterStatus {
+                clock,
+                ..status.clone()
+            })
+        });
         if metrics.changed().await.is_err() {
             return;
         }
