@@ -19,6 +19,7 @@ use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, join_all};
 use openraft::async_runtime::WatchReceiver;
 use openraft::{Raft, ServerState};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -91,8 +92,23 @@ pub type Publish = Box<dyn Fn(ClockStatus) + Send + Sync>;
 
 /// Guards `raft`'s node until `shutdown` is cancelled or the Raft stops:
 /// probes its voting peers with `ask`, and refuses to lead while its clock
-/// is further than `bound` from the majority's.
-pub async fn run(
+/// is further than `bound` from the majority's. It refuses at once, before
+/// the task it spawns first runs: call it before the node's first election
+/// can start.
+pub fn start(
+    guard: Guard,
+    raft: Raft<TypeConfig, StateMachine>,
+    ask: AskTime,
+    bound: Duration,
+    publish: Publish,
+    shutdown: CancellationToken,
+) -> JoinHandle<()> {
+    guard.refusing.store(true, Ordering::SeqCst);
+    raft.runtime_config().elect(false);
+    tokio::spawn(run(guard, raft, ask, bound, publish, shutdown))
+}
+
+async fn run(
     guard: Guard,
     raft: Raft<TypeConfig, StateMachine>,
     ask: AskTime,
@@ -100,8 +116,6 @@ pub async fn run(
     publish: Publish,
     shutdown: CancellationToken,
 ) {
-    guard.refusing.store(true, Ordering::SeqCst);
-    raft.runtime_config().elect(false);
     let mut estimates: HashMap<NodeId, (Estimate, Instant)> = HashMap::new();
     // `None` until the first verdict.
     let mut skewed: Option<bool> = None;

@@ -63,22 +63,20 @@ pub async fn start(
     drop(config);
     let forward = forwarder(bus.clone());
     let ask = clock_guard::over_bus(bus.clone());
-    let started = start::start(settings, shared.clone(), bus, forward, make).await?;
-    let handler = handler(started.forwards.clone());
-    let raft = started.node.raft.clone();
     let shutdown = shared.shutdown.clone();
     // The wall clock the leader's stamps are anchored to, as the server
     // reads it.
     let wall = shared.clone();
     let guard = Guard::new(Arc::new(move || wall.clock.now()) as Clock);
-    tokio::spawn(clock_guard::run(
-        guard.clone(),
-        raft.clone(),
-        ask,
-        cluster.max_clock_skew,
-        publish_clock(shared.clone()),
-        shutdown.clone(),
-    ));
+    let (bound, publish) = (cluster.max_clock_skew, publish_clock(shared.clone()));
+    let guarding = (guard.clone(), shutdown.clone());
+    let guarded = move |raft: &_| {
+        let (guard, shutdown) = guarding;
+        clock_guard::start(guard, Clone::clone(raft), ask, bound, publish, shutdown);
+    };
+    let started = start::start_with(settings, shared.clone(), bus, forward, make, guarded).await?;
+    let handler = handler(started.forwards.clone());
+    let raft = started.node.raft.clone();
     tokio::spawn(serve(listener, raft, handler, guard, secret, shutdown));
     info!(
         "Cluster node {} of {} started; its bus listens on {}",

@@ -72,14 +72,14 @@ async fn three(offsets: [i64; 3], shutdown: &CancellationToken) -> BTreeMap<Node
         let guard = Guard::new(clock.clock());
         let status = Arc::new(Mutex::new(ClockStatus::default()));
         let published = status.clone();
-        tokio::spawn(clock_guard::run(
+        clock_guard::start(
             guard.clone(),
             raft.clone(),
             clock_guard::over_bus(bus),
             BOUND,
             Box::new(move |clock| *published.lock().unwrap() = clock),
             shutdown.clone(),
-        ));
+        );
         let handler = write_handler(node.clone());
         tokio::spawn(serve(
             listener,
