@@ -596,6 +596,7 @@ mod tests {
             last_log_index: Some(9),
             members: vec![member(1), member(2)],
             elections: 0,
+            clock: Default::default(),
         }
     }
 

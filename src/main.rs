@@ -86,9 +86,28 @@ async fn start(config: Config) -> Result<(), Box<dyn std::error::Error>> {
     };
     // The ports come last, in "Ready to accept connections on ...", once
     // they are bound (with the real port for `--port 0`).
+    let clock = clock()?;
     let listeners = server::bind(&config).await?;
-    server::run(config, listeners, data_dir, Clock::System, signalled).await?;
+    server::run(config, listeners, data_dir, clock, signalled).await?;
     Ok(())
+}
+
+/// The system clock, or, for tests of cluster mode's clock-skew rule, the
+/// system clock off by `LEASED_CLOCK_OFFSET_MS` milliseconds (read once,
+/// here; docs/cluster.md).
+fn clock() -> Result<Clock, String> {
+    const OFFSET: &str = "LEASED_CLOCK_OFFSET_MS";
+    let Some(value) = std::env::var_os(OFFSET) else {
+        return Ok(Clock::System);
+    };
+    let millis: i64 = (value.to_str())
+        .and_then(|value| value.trim().parse().ok())
+        .ok_or_else(|| format!("{OFFSET} must be a whole number of milliseconds, not {value:?}"))?;
+    warn!(
+        "{OFFSET} is set: this server's clock reads the system clock {millis:+} ms off. A testing \
+         aid: never set it in production"
+    );
+    Ok(Clock::Offset(millis as f64 / 1000.0))
 }
 
 /// The persistence mode, in the directives' own words (the log's path

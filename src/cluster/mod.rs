@@ -14,16 +14,19 @@
 //! its Raft ([`node`]) with the leader's stamps ([`stamp`]); the node bus
 //! ([`bus`]: TCP between nodes for openraft's RPCs and forwarded
 //! commands); the core task connections talk to ([`core`]); the start of
-//! a node inside the server ([`start`]); and what ROLE, INFO and CLUSTER
-//! show ([`status`], [`views`]). docs/cluster.md says what is built and
-//! what is not.
+//! a node inside the server ([`start`]); a node whose clock is too far
+//! from the others' refusing to lead ([`skew`], [`clock_guard`]); and what
+//! ROLE, INFO and CLUSTER show ([`status`], [`views`]). docs/cluster.md
+//! says what is built and what is not.
 
 pub mod bus;
+pub mod clock_guard;
 pub mod core;
 pub mod disk;
 pub mod log_store;
 pub mod node;
 pub mod serve;
+pub mod skew;
 pub mod snapshot_file;
 pub mod stamp;
 pub mod start;

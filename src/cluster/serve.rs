@@ -14,11 +14,13 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use super::bus::{Bus, ForwardError, ForwardHandler, serve};
+use super::clock_guard::{self, Guard};
 use super::core::{ForwardFailure, Forwarder, Forwarding};
 use super::node::{StartError, Storage};
+use super::stamp::Clock;
 use super::start::{self, Settings};
 use super::state_machine::MakeRegistry;
-use super::status::Address;
+use super::status::{Address, ClusterStatus};
 use super::types::{ClusterRefusal, Forwarded};
 use crate::ceiling::DataDir;
 use crate::config::{ClusterConfig, ClusterRedirect, Config};
@@ -66,11 +68,22 @@ pub async fn start(
     let make = make_registry(&config);
     drop(config);
     let forward = forwarder(bus.clone());
-    let started = start::start(settings, shared.clone(), bus, forward, make).await?;
+    let ask = clock_guard::over_bus(bus.clone());
+    let shutdown = shared.shutdown.clone();
+    // The wall clock the leader's stamps are anchored to, as the server
+    // reads it.
+    let wall = shared.clone();
+    let guard = Guard::new(Arc::new(move || wall.clock.now()) as Clock);
+    let (bound, publish) = (cluster.max_clock_skew, publish_clock(shared.clone()));
+    let guarding = (guard.clone(), shutdown.clone());
+    let guarded = move |raft: &_| {
+        let (guard, shutdown) = guarding;
+        clock_guard::start(guard, Clone::clone(raft), ask, bound, publish, shutdown);
+    };
+    let started = start::start_with(settings, shared.clone(), bus, forward, make, guarded).await?;
     let handler = handler(started.forwards.clone());
     let raft = started.node.raft.clone();
-    let shutdown = shared.shutdown.clone();
-    tokio::spawn(serve(listener, raft, handler, secret, shutdown));
+    tokio::spawn(serve(listener, raft, handler, guard, secret, shutdown));
     info!(
         "Cluster node {} of {} started; its bus listens on {}",
         cluster.node_id,
@@ -78,6 +91,18 @@ pub async fn start(
         cluster.me().bus_addr
     );
     Ok((started.core, started.task))
+}
+
+/// The clock guard's part of the published status, merged into the rest.
+fn publish_clock(shared: Arc<Shared>) -> clock_guard::Publish {
+    Box::new(move |clock| {
+        shared.update_cluster(|published| {
+            Some(ClusterStatus {
+                clock,
+                ..published?.clone()
+            })
+        })
+    })
 }
 
 /// Every replica's registry is made with this node's settings: they must

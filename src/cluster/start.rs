@@ -9,7 +9,7 @@ use std::time::Duration;
 use openraft::async_runtime::WatchReceiver;
 use openraft::error::{Fatal, InitializeError, RaftError};
 use openraft::network::NetSnapshot;
-use openraft::{BasicNode, RaftNetworkFactory, ServerState};
+use openraft::{BasicNode, Raft, RaftNetworkFactory, ServerState};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -17,7 +17,7 @@ use tracing::{info, warn};
 use super::core::{ClusterCore, Forwarder, Forwarding};
 use super::node::{Node, StartError, Storage};
 use super::stamp::{Anchor, Clock};
-use super::state_machine::MakeRegistry;
+use super::state_machine::{MakeRegistry, StateMachine};
 use super::status::{Address, ClusterStatus};
 use super::types::{NodeId, TypeConfig};
 use crate::core::{CoreHandle, QUEUE_DEPTH, publish_applied};
@@ -94,6 +94,24 @@ where
     N: RaftNetworkFactory<TypeConfig>,
     N::Network: NetSnapshot<TypeConfig, SnapshotData = bytes::Bytes>,
 {
+    start_with(settings, shared, network, forward, make, |_| {}).await
+}
+
+/// [`start`], running `prepare` on the node's Raft before it joins its
+/// cluster: the clock guard turns elections off there, before the first
+/// one can start.
+pub async fn start_with<N>(
+    settings: Settings,
+    shared: Arc<Shared>,
+    network: N,
+    forward: Forwarder,
+    make: MakeRegistry,
+    prepare: impl FnOnce(&Raft<TypeConfig, StateMachine>),
+) -> Result<Started, StartError>
+where
+    N: RaftNetworkFactory<TypeConfig>,
+    N::Network: NetSnapshot<TypeConfig, SnapshotData = bytes::Bytes>,
+{
     let clock_shared = shared.clone();
     let wall: Clock = Arc::new(move || clock_shared.clock.now());
     let anchor = Anchor::new(wall);
@@ -106,6 +124,7 @@ where
         settings.storage.clone(),
     );
     let node = Arc::new(node.await?);
+    prepare(&node.raft);
     let events = shared.clone();
     let publish = move |registry: &mut _| publish_applied(registry, &events.pubsub);
     node.state.set_on_applied(Arc::new(publish));
@@ -189,7 +208,14 @@ async fn publish_status(
         last_state = current.state;
         last_leader = current.current_leader;
         let status = ClusterStatus::from_metrics(&current, &addresses, elections);
-        shared.set_cluster(Some(status));
+        // The clock guard's part (serve.rs) is kept as it last published it.
+        shared.update_cluster(|published| {
+            let clock = published.map(|status| status.clock).unwrap_or_default();
+            Some(ClusterStatus {
+                clock,
+                ..status.clone()
+            })
+        });
         if metrics.changed().await.is_err() {
             return;
         }

@@ -52,6 +52,20 @@ pub struct ClusterStatus {
     pub members: Vec<Member>,
     /// Elections this node has started since it started.
     pub elections: u64,
+    /// This node's clock against the majority's.
+    pub clock: ClockStatus,
+}
+
+/// This node's clock against the majority's, as its clock guard last
+/// judged it (src/cluster/skew.rs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClockStatus {
+    /// This node's clock minus the majority's, in milliseconds (positive:
+    /// ahead); `None` until it has estimates of a majority's clocks.
+    pub offset_ms: Option<i64>,
+    /// Whether it is further off than `cluster-max-clock-skew`, and so
+    /// refuses to lead.
+    pub skewed: bool,
 }
 
 impl ClusterStatus {
@@ -117,6 +131,8 @@ impl ClusterStatus {
             last_log_index: metrics.last_log_index,
             members,
             elections,
+            // The clock guard's part, merged in when published.
+            clock: ClockStatus::default(),
         }
     }
 }

@@ -1,7 +1,9 @@
 //! The server's clock: seconds since the Unix epoch, to the millisecond,
 //! for lease commands that omit `now` and for the `lease-max-skew` bound.
 //!
-//! A real server reads the system's wall clock. A server started inside a
+//! A real server reads the system's wall clock; a testing aid can set it
+//! off by a fixed amount (`LEASED_CLOCK_OFFSET_MS`, read once at start,
+//! to make one node of a cluster skewed). A server started inside a
 //! test can instead follow tokio's clock from a fixed start, so that a test
 //! with paused time moves the server's clock with `tokio::time::advance`
 //! instead of sleeping.
@@ -14,6 +16,8 @@ use tokio::time::Instant;
 pub enum Clock {
     /// The system's wall clock.
     System,
+    /// The system's wall clock plus this many seconds (a testing aid).
+    Offset(f64),
     /// `start` seconds at `origin`, then as tokio's clock moves.
     Tokio { start: f64, origin: Instant },
 }
@@ -41,8 +45,8 @@ impl Clock {
             return Instant::now();
         }
         match self {
-            Clock::System => {
-                let ahead = (target - system_seconds()).clamp(0.0, LONGEST);
+            Clock::System | Clock::Offset(_) => {
+                let ahead = (target - self.unrounded()).clamp(0.0, LONGEST);
                 Instant::now() + Duration::from_secs_f64(ahead) + Duration::from_micros(50)
             }
             Clock::Tokio { start, origin } => {
@@ -55,11 +59,15 @@ impl Clock {
 
     /// Seconds since the Unix epoch, to the millisecond.
     pub fn now(&self) -> f64 {
-        let seconds = match self {
+        (self.unrounded() * 1000.0).floor() / 1000.0
+    }
+
+    fn unrounded(&self) -> f64 {
+        match self {
             Clock::System => system_seconds(),
+            Clock::Offset(seconds) => system_seconds() + seconds,
             Clock::Tokio { start, origin } => start + origin.elapsed().as_secs_f64(),
-        };
-        (seconds * 1000.0).floor() / 1000.0
+        }
     }
 }
 
@@ -105,17 +113,31 @@ mod tests {
         assert!(system.when(system.now()) <= Instant::now());
     }
 
+    #[test]
+    fn an_offset_clock_reads_the_system_clock_moved() {
+        let ahead = Clock::Offset(2.0);
+        let (before, read, after) = (Clock::System.now(), ahead.now(), Clock::System.now());
+        assert!(
+            read >= before + 2.0 && read <= after + 2.0,
+            "{before} {read} {after}"
+        );
+        // Its timers wait for it, not for the system clock.
+        let soon = Instant::now() + Duration::from_millis(2100);
+        assert!(ahead.when(read + 0.1) <= soon);
+        assert!(ahead.when(read + 0.1) > Instant::now());
+    }
+
     fn clock_start(clock: &Clock) -> f64 {
         match clock {
             Clock::Tokio { start, .. } => *start,
-            Clock::System => unreachable!(),
+            Clock::System | Clock::Offset(_) => unreachable!(),
         }
     }
 
     fn clock_origin(clock: &Clock) -> Instant {
         match clock {
             Clock::Tokio { origin, .. } => *origin,
-            Clock::System => unreachable!(),
+            Clock::System | Clock::Offset(_) => unreachable!(),
         }
     }
 }

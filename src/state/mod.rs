@@ -104,4 +104,12 @@ impl Shared {
     pub fn set_cluster(&self, status: Option<ClusterStatus>) {
         self.cluster.store(status.map(Arc::new));
     }
+
+    /// Replaces the published status by `change` of it, done again if
+    /// another publisher got in between: the node's status task and its
+    /// clock guard each publish their part of one status.
+    pub fn update_cluster(&self, change: impl Fn(Option<&ClusterStatus>) -> Option<ClusterStatus>) {
+        self.cluster
+            .rcu(|current| change(current.as_deref()).map(Arc::new));
+    }
 }

@@ -114,6 +114,23 @@ impl Bus {
         }
     }
 
+    /// What node `target`'s clock reads, asked over a connection of its
+    /// own (a skew probe: the caller times the round trip).
+    pub async fn time(&self, target: NodeId, timeout: Duration) -> Result<f64, String> {
+        let Some(addr) = self.peer_addr(target) else {
+            return Err(format!("node {target} is not a peer"));
+        };
+        let called = (self.pool)
+            .call(addr, Kind::Time, Some(target), &Request::Time, timeout)
+            .await;
+        match called {
+            Ok(Response::Time { seconds }) => Ok(seconds),
+            Ok(other) => Err(format!("{addr}: {}", unexpected(&other))),
+            Err(CallError::TimedOut { .. }) => Err(format!("{addr}: no answer within {timeout:?}")),
+            Err(CallError::NotSent(why) | CallError::NoAnswer(why)) => Err(why),
+        }
+    }
+
     #[cfg(test)]
     pub(super) fn idle(&self, addr: &str, kind: Kind) -> usize {
         self.pool.idle(addr, kind)

@@ -26,4 +26,6 @@ pub use client::{Bus, ForwardError, Peer};
 pub use server::{ForwardHandler, serve, serve_tls};
 
 #[cfg(test)]
+mod skew_tests;
+#[cfg(test)]
 mod tests;

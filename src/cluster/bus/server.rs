@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::frame::{FrameError, MAX_FRAME, read_frame, write_frame};
 use super::handshake::{Refusal, admit};
 use super::wire::{Request, Response};
+use crate::cluster::clock_guard::Guard;
 use crate::cluster::state_machine::StateMachine;
 use crate::cluster::types::{Forward, Forwarded, NodeId, TypeConfig};
 
@@ -43,21 +44,26 @@ struct Context {
     me: NodeId,
     raft: Raft<TypeConfig, StateMachine>,
     forward: ForwardHandler,
+    /// This node's clock, for peers' probes, and whether it refuses to
+    /// lead.
+    guard: Guard,
     secret: Option<Bytes>,
     tls: Option<TlsAcceptor>,
     warned: Warned,
 }
 
 /// Serves the bus on `listener` until `shutdown` is cancelled; requires
-/// peers to prove `secret` if there is one.
+/// peers to prove `secret` if there is one. Peers' clock probes read
+/// `guard`'s clock.
 pub async fn serve(
     listener: TcpListener,
     raft: Raft<TypeConfig, StateMachine>,
     forward: ForwardHandler,
+    guard: Guard,
     secret: Option<Bytes>,
     shutdown: CancellationToken,
 ) {
-    serve_with(listener, raft, forward, secret, None, shutdown).await
+    serve_with(listener, raft, forward, guard, secret, None, shutdown).await
 }
 
 /// [`serve`] in TLS: every peer's connection goes through `acceptor`
@@ -66,17 +72,28 @@ pub async fn serve_tls(
     listener: TcpListener,
     raft: Raft<TypeConfig, StateMachine>,
     forward: ForwardHandler,
+    guard: Guard,
     secret: Option<Bytes>,
     acceptor: TlsAcceptor,
     shutdown: CancellationToken,
 ) {
-    serve_with(listener, raft, forward, secret, Some(acceptor), shutdown).await
+    serve_with(
+        listener,
+        raft,
+        forward,
+        guard,
+        secret,
+        Some(acceptor),
+        shutdown,
+    )
+    .await
 }
 
 async fn serve_with(
     listener: TcpListener,
     raft: Raft<TypeConfig, StateMachine>,
     forward: ForwardHandler,
+    guard: Guard,
     secret: Option<Bytes>,
     tls: Option<TlsAcceptor>,
     shutdown: CancellationToken,
@@ -86,6 +103,7 @@ async fn serve_with(
         me,
         raft,
         forward,
+        guard,
         secret,
         tls,
         warned: Warned::default(),
@@ -200,10 +218,26 @@ async fn answer(context: &Context, request: Request) -> Response {
             };
             Response::Snapshot(raft.install_full_snapshot(vote, snapshot).await)
         }
+        // A node that refuses to lead (its clock guard's verdict) declines
+        // a hand-over to itself: the leader, which stopped its heartbeats
+        // to hand over, is then replaced by an election this node does
+        // not stand in. openraft has no refusal to answer with.
+        Request::TransferLeader(rpc)
+            if *rpc.to_node_id() == context.me && context.guard.refuses_to_lead() =>
+        {
+            tracing::info!(
+                "Declined the lead {} offered: this node refuses to lead (its clock)",
+                rpc.from_leader()
+            );
+            Response::TransferLeader(Ok(Ok(())))
+        }
         Request::TransferLeader(rpc) => {
             Response::TransferLeader(raft.handle_transfer_leader(rpc).await)
         }
         Request::Forward(forward) => Response::Forward((context.forward)(forward).await),
+        Request::Time => Response::Time {
+            seconds: context.guard.now(),
+        },
     }
 }
 

@@ -32,6 +32,7 @@ use super::frame::{FrameError, MAX_FRAME, MAX_HANDSHAKE_FRAME, encode, read_fram
 use super::handshake::{HandshakeError, Refusal, admit, introduce, prove};
 use super::wire::{Challenge, Hello, Kind, PROTOCOL, Proof, Request, Response, Verdict};
 use super::{Bus, ForwardError, ForwardHandler, serve, serve_tls};
+use crate::cluster::clock_guard::Guard;
 use crate::cluster::node::{Node, Storage};
 use crate::cluster::tests::{
     RETRIES, RETRY_AFTER, TestClock, WAIT, acquire, acquired, make, retry_or, state,
@@ -197,7 +198,7 @@ fn refused_peers_are_logged_once_a_minute() {
 
 // Nodes over loopback TCP.
 
-fn config() -> Arc<Config> {
+pub(super) fn config() -> Arc<Config> {
     Arc::new(
         Config {
             // As the in-process tests: generous for a loaded machine.
@@ -255,12 +256,15 @@ impl BusNode {
         let shutdown = CancellationToken::new();
         let handler = handler(node.clone());
         let raft = node.raft.clone();
+        // No guard runs on it: it never refuses to lead.
+        let guard = Guard::new(clock.clock());
         let serving = match tls {
             Some(pki) => {
                 let acceptor = pki.acceptor();
-                serve_tls(listener, raft, handler, secret, acceptor, shutdown.clone()).boxed()
+                let shutdown = shutdown.clone();
+                serve_tls(listener, raft, handler, guard, secret, acceptor, shutdown).boxed()
             }
-            None => serve(listener, raft, handler, secret, shutdown.clone()).boxed(),
+            None => serve(listener, raft, handler, guard, secret, shutdown.clone()).boxed(),
         };
         let server = Some(tokio::spawn(serving));
         BusNode {
@@ -282,7 +286,7 @@ impl BusNode {
 
 /// Runs forwarded ops as one write here; refused if this node does not
 /// lead.
-fn write_handler(node: Arc<Node>) -> ForwardHandler {
+pub(super) fn write_handler(node: Arc<Node>) -> ForwardHandler {
     Arc::new(move |forward: Forward| {
         let node = node.clone();
         async move {
@@ -299,7 +303,7 @@ fn write_handler(node: Arc<Node>) -> ForwardHandler {
     })
 }
 
-async fn listeners(count: usize) -> Vec<TcpListener> {
+pub(super) async fn listeners(count: usize) -> Vec<TcpListener> {
     let mut listeners = Vec::new();
     for _ in 0..count {
         listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());

@@ -30,6 +30,9 @@ pub enum Kind {
     Snapshot,
     /// A follower's clients' commands, sent to the leader.
     Forward,
+    /// Clock probes: kept off the vote connection, so that a probe's round
+    /// trip (its error bound) does not include a heartbeat's wait.
+    Time,
 }
 
 impl Kind {
@@ -39,6 +42,7 @@ impl Kind {
             Kind::Vote => 2,
             Kind::Snapshot => 3,
             Kind::Forward => 4,
+            Kind::Time => 5,
         }
     }
 }
@@ -57,6 +61,7 @@ impl Request {
                 )
                 | (Kind::Snapshot, Request::Snapshot { .. })
                 | (Kind::Forward, Request::Forward(_))
+                | (Kind::Time, Request::Time)
         )
     }
 }
@@ -105,6 +110,8 @@ pub enum Request {
     },
     TransferLeader(TransferLeaderRequest<TypeConfig>),
     Forward(Forward),
+    /// What the node's clock reads (a peer's skew probe).
+    Time,
 }
 
 /// The answer to a [`Request`], of the same variant; a remote Raft's
@@ -116,4 +123,8 @@ pub enum Response {
     Snapshot(Result<SnapshotResponse<TypeConfig>, Fatal<TypeConfig>>),
     TransferLeader(Result<TransferLeaderResponse<TypeConfig>, Fatal<TypeConfig>>),
     Forward(Vec<Forwarded>),
+    /// Seconds since the Unix epoch by the answering node's wall clock.
+    Time {
+        seconds: f64,
+    },
 }

@@ -124,7 +124,7 @@ fn master_role(offset: u64, replicas: Vec<Reply>) -> Reply {
 pub fn cluster_info(status: &ClusterStatus) -> String {
     let ok = status.has_leader();
     let served = if ok { SLOTS } else { 0 };
-    let fields: [(&str, String); 17] = [
+    let fields: [(&str, String); 19] = [
         ("cluster_enabled", "1".into()),
         ("cluster_state", if ok { "ok" } else { "fail" }.into()),
         ("cluster_slots_assigned", SLOTS.to_string()),
@@ -142,6 +142,14 @@ pub fn cluster_info(status: &ClusterStatus) -> String {
         ("cluster_applied_index", index(status.applied_index)),
         ("cluster_last_log_index", index(status.last_log_index)),
         ("cluster_elections", status.elections.to_string()),
+        (
+            "cluster_clock_offset_ms",
+            status.clock.offset_ms.unwrap_or(0).to_string(),
+        ),
+        (
+            "cluster_clock_skewed",
+            u8::from(status.clock.skewed).to_string(),
+        ),
     ];
     lines(&fields)
 }

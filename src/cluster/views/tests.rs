@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 
 use super::*;
+use crate::cluster::status::ClockStatus;
 
 /// Member `id` at 127.0.0.1:700<id>, its bus at 1700<id>.
 fn member(id: NodeId, matched: Option<u64>) -> Member {
@@ -30,6 +31,7 @@ fn status(id: NodeId, role: Role, leader: Option<NodeId>) -> ClusterStatus {
         last_log_index: Some(43),
         members: vec![member(1, None), member(2, None), member(3, None)],
         elections: 2,
+        clock: ClockStatus::default(),
     }
 }
 
@@ -127,8 +129,37 @@ fn cluster_info_of_a_leader() {
          cluster_commit_index:42\r\n\
          cluster_applied_index:41\r\n\
          cluster_last_log_index:43\r\n\
-         cluster_elections:2\r\n"
+         cluster_elections:2\r\n\
+         cluster_clock_offset_ms:0\r\n\
+         cluster_clock_skewed:0\r\n"
     );
+}
+
+#[test]
+fn cluster_info_shows_the_clock_against_the_majority() {
+    let mut skewed = status(3, Role::Follower, Some(1));
+    skewed.clock = ClockStatus {
+        offset_ms: Some(2003),
+        skewed: true,
+    };
+    let info = cluster_info(&skewed);
+    for line in [
+        "cluster_clock_offset_ms:2003\r\n",
+        "cluster_clock_skewed:1\r\n",
+    ] {
+        assert!(info.contains(line), "{line:?} not in {info}");
+    }
+    skewed.clock = ClockStatus {
+        offset_ms: Some(-12),
+        skewed: false,
+    };
+    let info = cluster_info(&skewed);
+    for line in [
+        "cluster_clock_offset_ms:-12\r\n",
+        "cluster_clock_skewed:0\r\n",
+    ] {
+        assert!(info.contains(line), "{line:?} not in {info}");
+    }
 }
 
 #[test]
