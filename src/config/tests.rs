@@ -1983,3 +1983,25 @@ fn help_lists_the_cluster_directives() {
         assert!(help.contains(name), "{name} not in {help}");
     }
 }
+
+/// The three files docs/cluster.md starts a cluster with form one: the
+/// same members, each file one of them, in its own directory.
+#[test]
+fn the_shipped_cluster_files_make_one_cluster_of_three() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut members = Vec::new();
+    let mut dirs = Vec::new();
+    for id in 1..=3u64 {
+        let path = root.join(format!("conf/cluster/node{id}.conf"));
+        let config = args(&[path.to_str().unwrap()]).unwrap();
+        let cluster = config.cluster().unwrap().expect("cluster-enabled");
+        assert_eq!(cluster.node_id, id);
+        assert_eq!(cluster.me().addr.port(), config.port);
+        members.push(cluster.members.clone());
+        dirs.push(config.dir.clone());
+    }
+    assert!(members.windows(2).all(|pair| pair[0] == pair[1]));
+    assert_eq!(members[0].len(), 3);
+    dirs.dedup();
+    assert_eq!(dirs.len(), 3, "each node has its own data directory");
+}
