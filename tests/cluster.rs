@@ -1,15 +1,27 @@
 //! Cluster mode with real processes on loopback: three `leased` nodes,
 //! each bus link through a proxy of our own (tests/common/proxy.rs) so a
-//! test can partition, delay or reset it.
+//! test can partition, delay or reset it; every client command goes into
+//! a history that the checker (tests/common/history.rs) then examines.
 
 mod common;
+#[path = "common/history.rs"]
+mod history;
+#[path = "common/recording.rs"]
+mod recording;
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use common::cluster::Cluster;
 use common::proxy::{Mode, Proxy};
+use history::{Call, Op, Recorder, Reply, Tenure};
+use recording::Worker;
 
 /// An echo server, for the proxy's own test.
 fn echo() -> std::net::SocketAddr {
@@ -69,4 +81,541 @@ fn the_proxy_passes_drops_delays_and_resets() {
     );
     let mut again = TcpStream::connect(proxy.addr).unwrap();
     assert_eq!(roundtrip(&mut again, b"five").unwrap(), b"five");
+}
+
+// ---------------------------------------------------------------------
+// Three real nodes
+// ---------------------------------------------------------------------
+
+const BINARY: &str = env!("CARGO_BIN_EXE_leased");
+
+/// How long a reply is awaited: longer than a write's patience (3 s) and
+/// a forward's deadline (5 s).
+const REPLY_TIMEOUT: Duration = Duration::from_secs(8);
+
+/// Three nodes with default settings.
+fn cluster() -> Cluster {
+    Cluster::start(Path::new(BINARY), 3, &[])
+}
+
+fn call(con: &mut redis::Connection, words: &[&str]) -> redis::RedisResult<redis::Value> {
+    let mut cmd = redis::cmd(words[0]);
+    for word in &words[1..] {
+        cmd.arg(*word);
+    }
+    cmd.query(con)
+}
+
+/// `LEASE.ACQUIRE run worker TTL ttl` through `worker`, resent while the
+/// cluster answers TRYAGAIN or UNCERTAIN (on another run name for an
+/// uncertain one, whose first attempt may have taken the run), until
+/// `patience` passes. The token and the run it was taken on.
+fn acquire_until(
+    worker: &mut Worker,
+    recorder: &Recorder,
+    run: &str,
+    ttl: f64,
+    patience: Duration,
+) -> (i64, String) {
+    let deadline = Instant::now() + patience;
+    let mut attempt = 0;
+    loop {
+        let name = if attempt == 0 {
+            run.to_string()
+        } else {
+            format!("{run}.{attempt}")
+        };
+        let reply = worker.send(
+            recorder,
+            Call::Acquire {
+                run: name.clone(),
+                ttl,
+            },
+        );
+        match reply {
+            Reply::Acquired { token, .. } => return (token, name),
+            Reply::TryAgain => {}
+            Reply::Uncertain => attempt += 1,
+            other => panic!("acquire {name}: {other:?}"),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no acquire of {run} within {patience:?}"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Every run's tenures read from node `i` after recovery.
+fn recovered(cluster: &Cluster, i: usize, ops: &[Op]) -> HashMap<String, Vec<Tenure>> {
+    let mut con = cluster.connect(i);
+    (history::acknowledged(ops).into_keys())
+        .map(|run| {
+            let tenures = recording::tenures(&mut con, &run).expect("LEASE.HISTORY");
+            (run, tenures)
+        })
+        .collect()
+}
+
+/// Asserts the checker finds nothing in the recorded history.
+fn assert_safe(cluster: &Cluster, recorder: &Recorder) {
+    let ops = recorder.ops();
+    let leader = cluster.leader(Duration::from_secs(10));
+    let violations = history::check(&ops, &recovered(cluster, leader, &ops));
+    println!("{}", history::summary(&ops));
+    assert!(violations.is_empty(), "violations: {violations:#?}");
+}
+
+#[test]
+fn three_nodes_form_a_cluster_and_serve_through_every_node() {
+    let cluster = cluster();
+    let leader = cluster.leader(Duration::from_secs(10));
+    for i in 0..3 {
+        let role = cluster.role(i).expect("ROLE");
+        let info = cluster.info(i).expect("CLUSTER INFO");
+        assert_eq!(info["cluster_leader_id"], (leader + 1).to_string());
+        assert_eq!(info["cluster_state"], "ok");
+        let expected = if i == leader {
+            ("master", "leader")
+        } else {
+            ("slave", "follower")
+        };
+        assert_eq!(
+            (role.as_str(), info["cluster_role"].as_str()),
+            expected,
+            "node {}",
+            i + 1
+        );
+    }
+    let recorder = Recorder::new();
+    let mut workers: Vec<Worker> = (0..3)
+        .map(|i| Worker::new(i, &cluster.url(i), REPLY_TIMEOUT))
+        .collect();
+    for (i, worker) in workers.iter_mut().enumerate() {
+        let reply = worker.send(
+            &recorder,
+            Call::Acquire {
+                run: format!("run-{i}"),
+                ttl: 30.0,
+            },
+        );
+        assert!(
+            matches!(reply, Reply::Acquired { token, .. } if token == i as i64 + 1),
+            "acquire through node {}: {reply:?}",
+            i + 1
+        );
+    }
+    let follower = (leader + 1) % 3;
+    let token = follower as i64 + 1;
+    let run = format!("run-{follower}");
+    let beat = workers[follower].send(
+        &recorder,
+        Call::Heartbeat {
+            run: run.clone(),
+            token,
+        },
+    );
+    assert_eq!(beat, Reply::Flag(true));
+    let valid = workers[follower].send(&recorder, Call::Validate { run, token });
+    assert_eq!(valid, Reply::Flag(true));
+    assert_safe(&cluster, &recorder);
+}
+
+/// A worker heartbeating `run` (token `token`) through node `node` every
+/// 100 ms until `done`; its replies.
+fn heartbeating(
+    cluster: &Cluster,
+    node: usize,
+    recorder: &Recorder,
+    mut worker: Worker,
+    run: String,
+    token: i64,
+    done: Arc<AtomicBool>,
+) -> thread::JoinHandle<Vec<Reply>> {
+    worker.switch(&cluster.url(node));
+    let recorder = recorder.clone();
+    thread::spawn(move || {
+        let mut replies = Vec::new();
+        while !done.load(Ordering::SeqCst) {
+            let call = Call::Heartbeat {
+                run: run.clone(),
+                token,
+            };
+            replies.push(worker.send(&recorder, call));
+            thread::sleep(Duration::from_millis(100));
+        }
+        replies
+    })
+}
+
+#[test]
+fn a_killed_leader_is_replaced_within_3_seconds_and_catches_up_when_restarted() {
+    let mut cluster = cluster();
+    let leader = cluster.leader(Duration::from_secs(10));
+    let survivor = (leader + 1) % 3;
+    let recorder = Recorder::new();
+    let mut worker = Worker::new(0, &cluster.url(survivor), REPLY_TIMEOUT);
+    let mut issued = 0;
+    for n in 0..5 {
+        let (token, _) = acquire_until(
+            &mut worker,
+            &recorder,
+            &format!("before-{n}"),
+            30.0,
+            Duration::from_secs(5),
+        );
+        issued = issued.max(token);
+    }
+    let (token, run) = acquire_until(&mut worker, &recorder, "kept", 6.0, Duration::from_secs(5));
+    issued = issued.max(token);
+    let done = Arc::new(AtomicBool::new(false));
+    let beats = heartbeating(
+        &cluster,
+        survivor,
+        &recorder,
+        Worker::new(0, &cluster.url(survivor), REPLY_TIMEOUT),
+        run,
+        token,
+        done.clone(),
+    );
+
+    let killed = Instant::now();
+    cluster.kill9(leader);
+    let mut prober = Worker::new(1, &cluster.url(survivor), REPLY_TIMEOUT);
+    let (after, _) = acquire_until(
+        &mut prober,
+        &recorder,
+        "after",
+        30.0,
+        Duration::from_secs(10),
+    );
+    let failover = killed.elapsed();
+    println!("kill -9 of the leader: acquires served again after {failover:?}");
+    let new_leader = cluster.leader_among(&[survivor, (leader + 2) % 3], Duration::from_secs(5));
+    assert_ne!(new_leader, leader);
+    assert!(
+        after > issued,
+        "token {after} after the failover, {issued} issued before"
+    );
+    assert!(
+        failover < Duration::from_secs(3),
+        "failover took {failover:?}"
+    );
+
+    // The heartbeats went on through the failover.
+    thread::sleep(Duration::from_millis(300));
+    done.store(true, Ordering::SeqCst);
+    let beats = beats.join().unwrap();
+    assert!(
+        !beats.contains(&Reply::Flag(false)),
+        "a heartbeat answered 0: {beats:?}"
+    );
+    assert!(beats.contains(&Reply::Flag(true)), "{beats:?}");
+
+    cluster.restart(leader);
+    cluster.converged(Duration::from_secs(10));
+    let mut back = Worker::new(2, &cluster.url(leader), REPLY_TIMEOUT);
+    let (again, _) = acquire_until(
+        &mut back,
+        &recorder,
+        "restarted",
+        30.0,
+        Duration::from_secs(5),
+    );
+    assert!(again > after);
+    assert_safe(&cluster, &recorder);
+}
+
+/// `count` clients, spread over `nodes`, each doing acquire, heartbeat,
+/// validate and release on a few runs until `done`, every 20 ms; each
+/// returns how many of its commands succeeded after `since` was set.
+fn clients(
+    cluster: &Cluster,
+    nodes: &[usize],
+    count: usize,
+    recorder: &Recorder,
+    done: &Arc<AtomicBool>,
+) -> Vec<thread::JoinHandle<Vec<(f64, Reply)>>> {
+    (0..count)
+        .map(|client| {
+            let node = nodes[client % nodes.len()];
+            let mut worker = Worker::new(client, &cluster.url(node), REPLY_TIMEOUT);
+            let (recorder, done) = (recorder.clone(), done.clone());
+            thread::spawn(move || {
+                let mut replies = Vec::new();
+                let mut step = client as u64;
+                let mut held: Option<(String, i64)> = None;
+                while !done.load(Ordering::SeqCst) {
+                    step = step
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let choice = (step >> 33) % 10;
+                    let call = match &held {
+                        None => Call::Acquire {
+                            run: format!("r{}", (step >> 40) % 4),
+                            ttl: 2.0,
+                        },
+                        Some((run, token)) => {
+                            let (run, token) = (run.clone(), *token);
+                            match choice {
+                                0 => Call::Release { run, token },
+                                1..=3 => Call::Validate { run, token },
+                                _ => Call::Heartbeat { run, token },
+                            }
+                        }
+                    };
+                    let invoke = recorder.now();
+                    let reply = worker.send(&recorder, call.clone());
+                    held = match (&call, &reply) {
+                        (Call::Acquire { run, .. }, Reply::Acquired { token, .. }) => {
+                            Some((run.clone(), *token))
+                        }
+                        (Call::Release { .. }, _) | (_, Reply::Flag(false)) => None,
+                        (Call::Acquire { .. }, _) => None,
+                        _ => held,
+                    };
+                    replies.push((invoke, reply));
+                    thread::sleep(Duration::from_millis(20));
+                }
+                replies
+            })
+        })
+        .collect()
+}
+
+fn succeeded(reply: &Reply) -> bool {
+    matches!(reply, Reply::Acquired { .. } | Reply::Held | Reply::Flag(_))
+}
+
+#[test]
+fn a_stopped_leader_is_replaced_and_follows_when_continued() {
+    let mut cluster = cluster();
+    let leader = cluster.leader(Duration::from_secs(10));
+    let followers = [(leader + 1) % 3, (leader + 2) % 3];
+    let recorder = Recorder::new();
+    let done = Arc::new(AtomicBool::new(false));
+    // Two clients per node: those on the stopped node wait for it.
+    let running = clients(&cluster, &[0, 1, 2], 6, &recorder, &done);
+    thread::sleep(Duration::from_millis(500));
+
+    cluster.stop(leader);
+    let stopped = recorder.now();
+    let new_leader = cluster.leader_among(&followers, Duration::from_secs(10));
+    println!(
+        "SIGSTOP of the leader: node {} leads after {:.2} s",
+        new_leader + 1,
+        recorder.now() - stopped
+    );
+    let elected = recorder.now();
+    thread::sleep(Duration::from_millis(700));
+    cluster.cont(leader);
+    // The old leader hears the new term and follows.
+    let agreed = cluster.leader(Duration::from_secs(10));
+    assert_eq!(agreed, new_leader);
+    assert_eq!(cluster.info(leader).unwrap()["cluster_role"], "follower");
+    thread::sleep(Duration::from_millis(500));
+    done.store(true, Ordering::SeqCst);
+    let replies: Vec<Vec<(f64, Reply)>> = running.into_iter().map(|c| c.join().unwrap()).collect();
+    // The clients of the two live nodes were served while the leader was
+    // stopped.
+    for (client, replies) in replies.iter().enumerate() {
+        if followers.contains(&(client % 3)) {
+            let served = (replies.iter())
+                .filter(|(at, reply)| *at > elected && succeeded(reply))
+                .count();
+            assert!(
+                served > 0,
+                "client {client} of node {} not served: {replies:?}",
+                client % 3 + 1
+            );
+        }
+    }
+    cluster.converged(Duration::from_secs(10));
+    assert_safe(&cluster, &recorder);
+}
+
+#[test]
+fn an_isolated_leader_never_answers_a_wrong_success_and_the_majority_serves() {
+    let cluster = cluster();
+    let leader = cluster.leader(Duration::from_secs(10));
+    let majority = [(leader + 1) % 3, (leader + 2) % 3];
+    let recorder = Recorder::new();
+    let mut minority = Worker::new(0, &cluster.url(leader), REPLY_TIMEOUT);
+    let (token, run) = acquire_until(
+        &mut minority,
+        &recorder,
+        "held",
+        30.0,
+        Duration::from_secs(5),
+    );
+
+    cluster.isolate(leader);
+    let isolated = recorder.now();
+    // The isolated leader's clients: an acquire and a heartbeat at once.
+    let lonely = {
+        let (recorder, url) = (recorder.clone(), cluster.url(leader));
+        thread::spawn(move || {
+            let mut worker = Worker::new(1, &url, REPLY_TIMEOUT);
+            worker.send(
+                &recorder,
+                Call::Acquire {
+                    run: "lonely".into(),
+                    ttl: 30.0,
+                },
+            )
+        })
+    };
+    let beat = minority.send(
+        &recorder,
+        Call::Heartbeat {
+            run: run.clone(),
+            token,
+        },
+    );
+    let lonely = lonely.join().unwrap();
+    for reply in [&beat, &lonely] {
+        assert!(
+            matches!(reply, Reply::TryAgain | Reply::Uncertain),
+            "isolated leader answered {reply:?}"
+        );
+    }
+    let new_leader = cluster.leader_among(&majority, Duration::from_secs(10));
+    let mut served = Worker::new(2, &cluster.url(majority[0]), REPLY_TIMEOUT);
+    let (after, _) = acquire_until(
+        &mut served,
+        &recorder,
+        "majority",
+        30.0,
+        Duration::from_secs(10),
+    );
+    println!(
+        "partition of the leader: node {} serves after {:.2} s",
+        new_leader + 1,
+        recorder.now() - isolated
+    );
+    assert!(after > token);
+
+    cluster.heal();
+    assert_eq!(cluster.leader(Duration::from_secs(10)), new_leader);
+    cluster.converged(Duration::from_secs(10));
+    minority.switch(&cluster.url(leader));
+    let (last, _) = acquire_until(
+        &mut minority,
+        &recorder,
+        "healed",
+        30.0,
+        Duration::from_secs(5),
+    );
+    assert!(last > after);
+    assert_safe(&cluster, &recorder);
+}
+
+/// Subscribes to `__lease__:ev` on node `follower`, acquires `ev` through
+/// node `other` with a short TTL once `settle` returns, and asserts the
+/// events the subscriber gets.
+fn events_on_a_follower(cluster: &Cluster, follower: usize, other: usize, settle: impl FnOnce()) {
+    let mut subscriber = cluster.connect(follower);
+    let mut pubsub = subscriber.as_pubsub();
+    pubsub.subscribe("__lease__:ev").unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    settle();
+    let mut con = cluster.connect(other);
+    call(&mut con, &["LEASE.ACQUIRE", "ev", "wa", "TTL", "0.5"]).expect("acquire");
+    let mut next = || -> String {
+        pubsub
+            .get_message()
+            .expect("an event")
+            .get_payload()
+            .unwrap()
+    };
+    assert_eq!(next(), "acquired:1:wa");
+    // Announced once registry time passes its expiry (the leader ticks).
+    assert_eq!(next(), "expired:1:wa");
+}
+
+#[test]
+fn a_follower_publishes_events_of_acquires_sent_elsewhere() {
+    let cluster = cluster();
+    let leader = cluster.leader(Duration::from_secs(10));
+    let (follower, other) = ((leader + 1) % 3, (leader + 2) % 3);
+    // Once the follower has applied an entry (the leader's ticks) since
+    // the subscription, it makes events: see the ignored test below.
+    events_on_a_follower(&cluster, follower, other, || {
+        let applied = cluster.info_number(follower, "cluster_applied_index");
+        wait_for(Duration::from_secs(5), || {
+            cluster.info_number(follower, "cluster_applied_index") > applied
+        });
+    });
+}
+
+/// A replica turns its registry's events on *after* applying an entry
+/// (`publish_applied`, the state machine's `on_applied` hook), so the
+/// events of the first entry it applies after the first subscriber
+/// arrives are lost; the single node turns them on before (`Core::watch`).
+/// Fails about one run in two: when no tick is applied between the
+/// SUBSCRIBE and the acquire.
+#[test]
+#[ignore = "bug: a node's first applied entry after the first SUBSCRIBE publishes no events"]
+fn a_follower_publishes_the_events_of_the_first_entry_after_a_subscription() {
+    let cluster = cluster();
+    let leader = cluster.leader(Duration::from_secs(10));
+    let (follower, other) = ((leader + 1) % 3, (leader + 2) % 3);
+    events_on_a_follower(&cluster, follower, other, || {});
+}
+
+/// Polls `done` every 10 ms until it holds; fails after `patience`.
+fn wait_for(patience: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + patience;
+    while !done() {
+        assert!(Instant::now() < deadline, "not done within {patience:?}");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_whole_cluster_restarted_keeps_every_acknowledged_lease_and_token() {
+    let mut cluster = cluster();
+    cluster.leader(Duration::from_secs(10));
+    let recorder = Recorder::new();
+    let mut issued = 0;
+    for i in 0..6 {
+        let mut worker = Worker::new(i, &cluster.url(i % 3), REPLY_TIMEOUT);
+        let (token, run) = acquire_until(
+            &mut worker,
+            &recorder,
+            &format!("kept-{i}"),
+            60.0,
+            Duration::from_secs(5),
+        );
+        issued = issued.max(token);
+        if i == 0 {
+            assert_eq!(
+                worker.send(&recorder, Call::Release { run, token }),
+                Reply::Flag(true)
+            );
+        }
+    }
+    for i in 0..3 {
+        cluster.kill9(i);
+    }
+    for i in 0..3 {
+        cluster.restart(i);
+    }
+    cluster.leader(Duration::from_secs(10));
+    cluster.converged(Duration::from_secs(10));
+    let mut worker = Worker::new(9, &cluster.url(0), REPLY_TIMEOUT);
+    let (token, _) = acquire_until(&mut worker, &recorder, "new", 60.0, Duration::from_secs(5));
+    assert!(
+        token > issued,
+        "token {token} after the restart, {issued} issued before"
+    );
+    // Every lease still held, on every node's copy.
+    for i in 0..3 {
+        let mut con = cluster.connect(i);
+        let tenures = recording::tenures(&mut con, "kept-3").unwrap();
+        assert_eq!(tenures.len(), 1, "node {}: {tenures:?}", i + 1);
+    }
+    assert_safe(&cluster, &recorder);
 }

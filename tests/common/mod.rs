@@ -11,6 +11,8 @@
 //! - [`client`]: the typed client, blocking and async, and the readers of
 //!   its replies.
 //! - [`raw`]: requests and replies as bytes.
+//! - [`cluster`]: three spawned nodes whose bus links go through proxies
+//!   ([`proxy`]), to kill, stop, partition or slow any of them.
 //! - [`child`]: other programs a test runs (scripts of other clients),
 //!   bounded in time and killed with the test.
 //!
@@ -20,6 +22,7 @@
 pub mod binary;
 pub mod child;
 pub mod client;
+pub mod cluster;
 pub mod inprocess;
 pub mod proxy;
 pub mod raw;
