@@ -6,6 +6,8 @@
 mod common;
 #[path = "common/history.rs"]
 mod history;
+#[path = "common/nemesis.rs"]
+mod nemesis;
 #[path = "common/recording.rs"]
 mod recording;
 
@@ -18,10 +20,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::cluster::Cluster;
+use common::cluster::{self, Cluster};
 use common::proxy::{Mode, Proxy};
 use history::{Call, Op, Recorder, Reply, Tenure};
-use recording::Worker;
+use recording::{Worker, Workload};
 
 /// An echo server, for the proxy's own test.
 fn echo() -> std::net::SocketAddr {
@@ -326,58 +328,28 @@ fn a_killed_leader_is_replaced_within_3_seconds_and_catches_up_when_restarted() 
     assert_safe(&cluster, &recorder);
 }
 
-/// `count` clients, spread over `nodes`, each doing acquire, heartbeat,
-/// validate and release on a few runs until `done`, every 20 ms; each
-/// returns how many of its commands succeeded after `since` was set.
+/// `count` clients, two per node, each [`recording::work`]ing on four runs
+/// with 2 s leases until `done`, a command every 20 ms, staying on its
+/// node; each returns its commands' invoke times and replies.
 fn clients(
     cluster: &Cluster,
-    nodes: &[usize],
     count: usize,
     recorder: &Recorder,
     done: &Arc<AtomicBool>,
 ) -> Vec<thread::JoinHandle<Vec<(f64, Reply)>>> {
     (0..count)
         .map(|client| {
-            let node = nodes[client % nodes.len()];
-            let mut worker = Worker::new(client, &cluster.url(node), REPLY_TIMEOUT);
+            let url = cluster.url(client % cluster.size());
+            let mut worker = Worker::new(client, &url, REPLY_TIMEOUT);
             let (recorder, done) = (recorder.clone(), done.clone());
             thread::spawn(move || {
-                let mut replies = Vec::new();
-                let mut step = client as u64;
-                let mut held: Option<(String, i64)> = None;
-                while !done.load(Ordering::SeqCst) {
-                    step = step
-                        .wrapping_mul(6364136223846793005)
-                        .wrapping_add(1442695040888963407);
-                    let choice = (step >> 33) % 10;
-                    let call = match &held {
-                        None => Call::Acquire {
-                            run: format!("r{}", (step >> 40) % 4),
-                            ttl: 2.0,
-                        },
-                        Some((run, token)) => {
-                            let (run, token) = (run.clone(), *token);
-                            match choice {
-                                0 => Call::Release { run, token },
-                                1..=3 => Call::Validate { run, token },
-                                _ => Call::Heartbeat { run, token },
-                            }
-                        }
-                    };
-                    let invoke = recorder.now();
-                    let reply = worker.send(&recorder, call.clone());
-                    held = match (&call, &reply) {
-                        (Call::Acquire { run, .. }, Reply::Acquired { token, .. }) => {
-                            Some((run.clone(), *token))
-                        }
-                        (Call::Release { .. }, _) | (_, Reply::Flag(false)) => None,
-                        (Call::Acquire { .. }, _) => None,
-                        _ => held,
-                    };
-                    replies.push((invoke, reply));
-                    thread::sleep(Duration::from_millis(20));
-                }
-                replies
+                let workload = Workload {
+                    runs: 4,
+                    ttl: 2.0,
+                    pause: Duration::from_millis(20),
+                    rotate: false,
+                };
+                recording::work(&mut worker, &recorder, &workload, &[url], &done)
             })
         })
         .collect()
@@ -395,7 +367,7 @@ fn a_stopped_leader_is_replaced_and_follows_when_continued() {
     let recorder = Recorder::new();
     let done = Arc::new(AtomicBool::new(false));
     // Two clients per node: those on the stopped node wait for it.
-    let running = clients(&cluster, &[0, 1, 2], 6, &recorder, &done);
+    let running = clients(&cluster, 6, &recorder, &done);
     thread::sleep(Duration::from_millis(500));
 
     cluster.stop(leader);
@@ -618,4 +590,36 @@ fn a_whole_cluster_restarted_keeps_every_acknowledged_lease_and_token() {
         assert_eq!(tenures.len(), 1, "node {}: {tenures:?}", i + 1);
     }
     assert_safe(&cluster, &recorder);
+}
+
+/// The nemesis (tests/common/nemesis.rs) for 30 s, 10 clients: faults
+/// every ~4 s at random, the history checked; bench/nemesis.sh runs it
+/// for minutes.
+#[test]
+fn a_short_nemesis_finds_no_violation() {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    println!("seed {seed}");
+    let settings = nemesis::Settings {
+        duration: Duration::from_secs(30),
+        clients: 10,
+        runs: 12,
+        ttl: 3.0,
+        pause: Duration::from_millis(50),
+        every: 4.0,
+        seed,
+    };
+    let outcome = nemesis::run(Path::new(BINARY), &settings);
+    let report = outcome.report();
+    println!("{report}");
+    assert!(outcome.violations.is_empty(), "seed {seed}: {report}");
+    assert!(
+        outcome
+            .faults
+            .iter()
+            .all(|fault| fault.unavailable.is_some()),
+        "acquires never answered again after a fault: {report}"
+    );
 }

@@ -181,3 +181,73 @@ pub fn tenures(con: &mut redis::Connection, run: &str) -> redis::RedisResult<Vec
         })
         .collect())
 }
+
+/// What a [`work`]ing client does.
+#[allow(dead_code)]
+pub struct Workload {
+    /// Runs `r0` .. `r<runs-1>`, taken at random.
+    pub runs: u64,
+    /// Each lease's TTL, seconds.
+    pub ttl: f64,
+    /// Between two commands.
+    pub pause: Duration,
+    /// Whether a client moves on to the next node after a reply that is
+    /// not an answer (a node killed or cut off): else it stays.
+    pub rotate: bool,
+}
+
+/// A client's life until `done`: without a lease it acquires a random run;
+/// with one it heartbeats (6 in 10), validates (3 in 10) or releases it,
+/// and forgets it when told 0 or when its fate is unknown. Returns each
+/// command's invoke time and reply. `urls` are the nodes, the worker's
+/// own first.
+#[allow(dead_code)]
+pub fn work(
+    worker: &mut Worker,
+    recorder: &Recorder,
+    workload: &Workload,
+    urls: &[String],
+    done: &std::sync::atomic::AtomicBool,
+) -> Vec<(f64, Reply)> {
+    let mut replies = Vec::new();
+    let mut node = 0;
+    // A linear congruential generator per client: no dependency, and a
+    // different sequence for each.
+    let mut step = worker.client as u64 ^ 0x9e37_79b9_7f4a_7c15;
+    let mut held: Option<(String, i64)> = None;
+    while !done.load(std::sync::atomic::Ordering::SeqCst) {
+        step = (step.wrapping_mul(6364136223846793005)).wrapping_add(1442695040888963407);
+        let call = match &held {
+            None => Call::Acquire {
+                run: format!("r{}", (step >> 40) % workload.runs),
+                ttl: workload.ttl,
+            },
+            Some((run, token)) => {
+                let (run, token) = (run.clone(), *token);
+                match (step >> 33) % 10 {
+                    0 => Call::Release { run, token },
+                    1..=3 => Call::Validate { run, token },
+                    _ => Call::Heartbeat { run, token },
+                }
+            }
+        };
+        let invoke = recorder.now();
+        let reply = worker.send(recorder, call.clone());
+        held = match (&call, &reply) {
+            (Call::Acquire { run, .. }, Reply::Acquired { token, .. }) => {
+                Some((run.clone(), *token))
+            }
+            (Call::Acquire { .. } | Call::Release { .. }, _) | (_, Reply::Flag(false)) => None,
+            // A heartbeat or validate not answered: the lease may still
+            // hold; the next heartbeat says.
+            _ => held,
+        };
+        if workload.rotate && matches!(reply, Reply::TryAgain | Reply::Uncertain) {
+            node = (node + 1) % urls.len();
+            worker.switch(&urls[node]);
+        }
+        replies.push((invoke, reply));
+        std::thread::sleep(workload.pause);
+    }
+    replies
+}
