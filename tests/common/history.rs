@@ -267,7 +267,8 @@ fn time_never_back(ops: &[Op]) -> Vec<Violation> {
 /// each successful heartbeat's lower bound (registry time then + TTL) and
 /// each successful validate's (valid after registry time then); a later
 /// token of the run acquired before that is an overlap. A lease released
-/// (or maybe released) is left out: it ended at a time no reply gives.
+/// (or maybe released: an uncertain release) is left out: it ended at a
+/// time no reply gives.
 fn no_overlap(ops: &[Op]) -> Vec<Violation> {
     let times = max_returned_before(ops, Op::registry_time);
     let mut ttl: HashMap<(String, i64), f64> = HashMap::new();
@@ -302,7 +303,7 @@ fn no_overlap(ops: &[Op]) -> Vec<Violation> {
                     extend((run.clone(), *token), time + EPSILON * 2.0);
                 }
             }
-            (Call::Release { run, token }, reply) if !matches!(reply, Reply::TryAgain) => {
+            (Call::Release { run, token }, Reply::Flag(true) | Reply::Uncertain) => {
                 released.insert((run.clone(), *token));
             }
             _ => {}

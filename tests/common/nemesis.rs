@@ -237,7 +237,8 @@ fn inject(cluster: &mut Cluster, recorder: &Recorder, random: &mut Random) -> Fa
             cluster.delay(node, delay);
             thread::sleep(held);
             cluster.heal();
-            format!("delay node {}'s links {} ms", node + 1, delay.as_millis())
+            let role = if node == leader { "leader" } else { "follower" };
+            format!("delay {role} (node {}) {} ms", node + 1, delay.as_millis())
         }
     };
     Fault {
