@@ -423,35 +423,30 @@ fn an_isolated_leader_never_answers_a_wrong_success_and_the_majority_serves() {
 
     cluster.isolate(leader);
     let isolated = recorder.now();
-    // The isolated leader's clients: an acquire and a heartbeat at once.
+    // The isolated leader's clients, an acquire and a heartbeat, while
+    // the majority's are served.
     let lonely = {
         let (recorder, url) = (recorder.clone(), cluster.url(leader));
         thread::spawn(move || {
             let mut worker = Worker::new(1, &url, REPLY_TIMEOUT);
-            worker.send(
-                &recorder,
-                Call::Acquire {
-                    run: "lonely".into(),
-                    ttl: 30.0,
-                },
-            )
+            let call = Call::Acquire {
+                run: "lonely".into(),
+                ttl: 30.0,
+            };
+            worker.send(&recorder, call)
         })
     };
-    let beat = minority.send(
-        &recorder,
-        Call::Heartbeat {
+    let beat = {
+        let recorder = recorder.clone();
+        let call = Call::Heartbeat {
             run: run.clone(),
             token,
-        },
-    );
-    let lonely = lonely.join().unwrap();
-    for reply in [&beat, &lonely] {
-        assert!(
-            matches!(reply, Reply::TryAgain | Reply::Uncertain),
-            "isolated leader answered {reply:?}"
-        );
-    }
-    let new_leader = cluster.leader_among(&majority, Duration::from_secs(10));
+        };
+        thread::spawn(move || {
+            let beat = minority.send(&recorder, call);
+            (minority, beat)
+        })
+    };
     let mut served = Worker::new(2, &cluster.url(majority[0]), REPLY_TIMEOUT);
     let (after, _) = acquire_until(
         &mut served,
@@ -460,11 +455,20 @@ fn an_isolated_leader_never_answers_a_wrong_success_and_the_majority_serves() {
         30.0,
         Duration::from_secs(10),
     );
+    let serving = recorder.now() - isolated;
+    let new_leader = cluster.leader_among(&majority, Duration::from_secs(10));
     println!(
-        "partition of the leader: node {} serves after {:.2} s",
+        "partition of the leader: node {} serves after {serving:.2} s",
         new_leader + 1,
-        recorder.now() - isolated
     );
+    let (mut minority, beat) = beat.join().unwrap();
+    let lonely = lonely.join().unwrap();
+    for reply in [&beat, &lonely] {
+        assert!(
+            matches!(reply, Reply::TryAgain | Reply::Uncertain),
+            "isolated leader answered {reply:?}"
+        );
+    }
     assert!(after > token);
 
     cluster.heal();
