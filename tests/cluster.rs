@@ -11,7 +11,6 @@ mod nemesis;
 #[path = "common/recording.rs"]
 mod recording;
 
-use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
@@ -20,9 +19,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
+// `cluster` itself too: nemesis.rs finds it as `super::cluster`.
 use common::cluster::{self, Cluster};
 use common::proxy::{Mode, Proxy};
-use history::{Call, Op, Recorder, Reply, Tenure};
+use history::{Call, Recorder, Reply};
 use recording::{Worker, Workload};
 
 /// An echo server, for the proxy's own test.
@@ -148,22 +148,12 @@ fn acquire_until(
     }
 }
 
-/// Every run's tenures read from node `i` after recovery.
-fn recovered(cluster: &Cluster, i: usize, ops: &[Op]) -> HashMap<String, Vec<Tenure>> {
-    let mut con = cluster.connect(i);
-    (history::acknowledged(ops).into_keys())
-        .map(|run| {
-            let tenures = recording::tenures(&mut con, &run).expect("LEASE.HISTORY");
-            (run, tenures)
-        })
-        .collect()
-}
-
 /// Asserts the checker finds nothing in the recorded history.
 fn assert_safe(cluster: &Cluster, recorder: &Recorder) {
     let ops = recorder.ops();
     let leader = cluster.leader(Duration::from_secs(10));
-    let violations = history::check(&ops, &recovered(cluster, leader, &ops));
+    let recovered = recording::recovered(&mut cluster.connect(leader), &ops);
+    let violations = history::check(&ops, &recovered);
     println!("{}", history::summary(&ops));
     assert!(violations.is_empty(), "violations: {violations:#?}");
 }

@@ -19,7 +19,6 @@
 //! checker, and reports each fault's unavailability window: from the
 //! fault until an acquire sent after it was answered (a lease or null).
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -182,13 +181,7 @@ pub fn run(binary: &Path, settings: &Settings) -> Outcome {
     cluster.converged(LEADER_PATIENCE);
 
     let ops = recorder.ops();
-    let mut con = cluster.connect(leader);
-    let recovered: HashMap<_, _> = (history::acknowledged(&ops).into_keys())
-        .map(|run| {
-            let tenures = recording::tenures(&mut con, &run).expect("LEASE.HISTORY");
-            (run, tenures)
-        })
-        .collect();
+    let recovered = recording::recovered(&mut cluster.connect(leader), &ops);
     for fault in &mut faults {
         fault.unavailable = unavailable(&ops, fault.at);
     }

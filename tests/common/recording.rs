@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::history::{Call, Recorder, Reply, Tenure};
+use std::collections::HashMap;
+
+use super::history::{self, Call, Op, Recorder, Reply, Tenure};
 
 /// A worker named `w<client>`, sending to one node at a time.
 #[allow(dead_code)]
@@ -250,4 +252,16 @@ pub fn work(
         std::thread::sleep(workload.pause);
     }
     replies
+}
+
+/// The tenures of every run with an acknowledged acquire in `ops`, read
+/// over `con` after recovery: what [`history::check`] compares with.
+#[allow(dead_code)]
+pub fn recovered(con: &mut redis::Connection, ops: &[Op]) -> HashMap<String, Vec<Tenure>> {
+    (history::acknowledged(ops).into_keys())
+        .map(|run| {
+            let tenures = tenures(con, &run).expect("LEASE.HISTORY");
+            (run, tenures)
+        })
+        .collect()
 }
