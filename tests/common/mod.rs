@@ -11,8 +11,16 @@
 //! - [`client`]: the typed client, blocking and async, and the readers of
 //!   its replies.
 //! - [`raw`]: requests and replies as bytes.
+//! - [`cluster`]: three spawned nodes whose bus links go through proxies
+//!   ([`proxy`]), to kill, stop, partition or slow any of them.
 //! - [`child`]: other programs a test runs (scripts of other clients),
 //!   bounded in time and killed with the test.
+//!
+//! Beside them, included by `#[path]` from tests/cluster.rs and
+//! examples/nemesis.rs only (they are no modules of this one, so their
+//! unit tests run once): `history.rs` (a history of client commands and
+//! the lease checks over it), `recording.rs` (a client recording into it)
+//! and `nemesis.rs` (faults at random while clients work).
 //!
 //! Every test binary compiles this module and uses part of it: an item
 //! that some of them leave unused carries `#[allow(dead_code)]`.
@@ -20,6 +28,7 @@
 pub mod binary;
 pub mod child;
 pub mod client;
+pub mod cluster;
 pub mod inprocess;
 pub mod proxy;
 pub mod raw;
