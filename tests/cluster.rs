@@ -548,7 +548,6 @@ fn a_follower_publishes_events_of_acquires_sent_elsewhere() {
 /// loses the acquire's event when no tick is applied between the
 /// SUBSCRIBE and the acquire: about one attempt in two.
 #[test]
-#[ignore = "bug: a node's first applied entry after its first SUBSCRIBE publishes no events"]
 fn a_follower_publishes_the_events_of_the_first_entry_after_a_subscription() {
     let cluster = cluster();
     let leader = cluster.leader(Duration::from_secs(10));

@@ -105,9 +105,9 @@ pub struct Replica {
     membership: StoredMembershipOf<TypeConfig>,
     current: Option<SnapshotOf<TypeConfig, Bytes>>,
     make: MakeRegistry,
-    /// Called after each entry is applied: this node publishes the events
-    /// of the entries it applies (what it does is no part of the
-    /// replicated state).
+    /// Called before and after each entry is applied: this node makes
+    /// events while it has subscribers and publishes those of the entries
+    /// it applies (what it does is no part of the replicated state).
     on_applied: Option<OnApplied>,
 }
 
@@ -271,6 +271,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             let outcomes = {
                 let mut replica = self.lock();
                 replica.last_applied = Some(entry.log_id);
+                // Before too: a subscriber who arrived since the last entry
+                // turns events on for this one.
+                if let Some(on_applied) = replica.on_applied.clone() {
+                    on_applied(&mut replica.registry);
+                }
                 let outcomes = match entry.payload {
                     EntryPayload::Blank => Vec::new(),
                     EntryPayload::Normal(Command::Batch(batch)) => {
