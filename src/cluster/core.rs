@@ -39,11 +39,11 @@ use super::node::Node;
 use super::types::{ClusterRefusal, Command, Forward, Forwarded, NodeId, Tick};
 use crate::config::{DirectiveError, SetError};
 use crate::core::waiters::{Waiter, Waiters};
-use crate::core::{Answer, Batch, CommandStats, CoreAnswer, CoreCommand, CoreReport, Refusal};
-use crate::logging;
+use crate::core::{
+    Answer, Batch, CommandStats, CoreAnswer, CoreCommand, CoreReport, Refusal, run_config,
+};
 use crate::registry::{Op, Outcome};
 use crate::state::Shared;
-use crate::system;
 
 /// The most batches (and forwarded requests) in one round, one entry.
 const MAX_DRAIN: usize = 512;
@@ -486,14 +486,7 @@ impl ClusterCore {
                 error: DirectiveError::Immutable,
             });
         }
-        if new.loglevel != old.loglevel {
-            logging::set_level(new.loglevel);
-        }
-        if new.maxclients > old.maxclients {
-            system::raise_open_files_limit(new.maxclients);
-        }
-        drop(old);
-        self.shared.set_config(new);
+        run_config(&self.shared, &old, new);
         Ok(())
     }
 }

@@ -16,7 +16,6 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::warn;
 
@@ -38,29 +37,7 @@ impl ClusterCore {
         timeout: Option<Duration>,
         client_id: u64,
     ) -> CoreAnswer {
-        let Op::Acquire {
-            run_id,
-            worker_id,
-            ttl,
-            lock_delay,
-            with_data,
-            ..
-        } = op
-        else {
-            unreachable!("a blocked command is an acquire")
-        };
-        let (reply, receiver) = oneshot::channel();
-        let waiter = Waiter {
-            id: 0,
-            client_id,
-            worker_id,
-            ttl,
-            lock_delay,
-            with_data,
-            reply,
-            since: Instant::now(),
-            deadline: None,
-        };
+        let (run_id, waiter, receiver) = Waiter::for_acquire(op, client_id);
         let deadline = timeout.map(|timeout| Instant::now() + timeout);
         self.waiters.enqueue(run_id, waiter, deadline, None);
         CoreAnswer::Blocked(receiver)

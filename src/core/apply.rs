@@ -9,9 +9,10 @@ use super::report::{CommandStats, CoreReport};
 use super::task::{Core, Round};
 use super::{CoreAnswer, CoreCommand, Refusal};
 use crate::aof::Log;
-use crate::config::SetError;
+use crate::config::{Config, SetError};
 use crate::logging;
 use crate::registry::{Op, Outcome};
+use crate::state::Shared;
 use crate::system;
 
 impl Core {
@@ -146,14 +147,20 @@ impl Core {
                 new.auto_aof_rewrite_min_size,
             );
         }
-        if new.loglevel != old.loglevel {
-            logging::set_level(new.loglevel);
-        }
-        if new.maxclients > old.maxclients {
-            system::raise_open_files_limit(new.maxclients);
-        }
-        drop(old);
-        self.shared.set_config(new);
+        run_config(&self.shared, &old, new);
         Ok(())
     }
+}
+
+/// Makes `new` the running configuration in place of `old`, with what the
+/// server does for the settings no core owns (the log level, the open
+/// files limit). Shared by the single node's core and the cluster's.
+pub(crate) fn run_config(shared: &Shared, old: &Config, new: Config) {
+    if new.loglevel != old.loglevel {
+        logging::set_level(new.loglevel);
+    }
+    if new.maxclients > old.maxclients {
+        system::raise_open_files_limit(new.maxclients);
+    }
+    shared.set_config(new);
 }

@@ -13,7 +13,6 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::task::{Core, Round};
@@ -43,29 +42,7 @@ impl Core {
                 return CoreAnswer::Refused(refusal);
             }
         }
-        let Op::Acquire {
-            run_id,
-            worker_id,
-            ttl,
-            lock_delay,
-            with_data,
-            ..
-        } = op
-        else {
-            unreachable!("a blocked command is an acquire")
-        };
-        let (reply, receiver) = oneshot::channel();
-        let waiter = Waiter {
-            id: 0,
-            client_id,
-            worker_id,
-            ttl,
-            lock_delay,
-            with_data,
-            reply,
-            since: Instant::now(),
-            deadline: None,
-        };
+        let (run_id, waiter, receiver) = Waiter::for_acquire(op, client_id);
         let deadline = timeout.map(|timeout| Instant::now() + timeout);
         let free_at = self.registry.free_at(&run_id);
         self.waiters.enqueue(run_id, waiter, deadline, free_at);

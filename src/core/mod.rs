@@ -63,6 +63,7 @@ use crate::state::Shared;
 use task::Core;
 use tokens::Tokens;
 
+pub(crate) use apply::run_config;
 pub(crate) use publish::publish_applied;
 pub use report::{CommandStats, CoreReport};
 pub use tokens::{CeilingError, TOKEN_BLOCK};

@@ -17,7 +17,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::Refusal;
-use crate::registry::{Lease, RunData, Seconds};
+use crate::registry::{Lease, Op, RunData, Seconds};
 
 /// What a blocked acquire ends with.
 #[derive(Debug)]
@@ -54,6 +54,35 @@ pub struct Waiter {
 }
 
 impl Waiter {
+    /// The waiter of a blocked acquire `op` by client `client_id`, and the
+    /// receiver its answer comes through.
+    pub fn for_acquire(op: Op, client_id: u64) -> (Bytes, Waiter, oneshot::Receiver<Granted>) {
+        let Op::Acquire {
+            run_id,
+            worker_id,
+            ttl,
+            lock_delay,
+            with_data,
+            ..
+        } = op
+        else {
+            unreachable!("a blocked command is an acquire")
+        };
+        let (reply, receiver) = oneshot::channel();
+        let waiter = Waiter {
+            id: 0,
+            client_id,
+            worker_id,
+            ttl,
+            lock_delay,
+            with_data,
+            reply,
+            since: Instant::now(),
+            deadline: None,
+        };
+        (run_id, waiter, receiver)
+    }
+
     /// Whether its client still waits (its connection holds the receiver).
     fn waiting(&self) -> bool {
         !self.reply.is_closed()

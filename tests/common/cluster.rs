@@ -408,7 +408,8 @@ impl Drop for Cluster {
     }
 }
 
-/// A port that was free a moment ago.
+/// A port that was free a moment ago (as `binary::free_port`: the nemesis
+/// example includes this file without the rest of `common`).
 #[allow(dead_code)]
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
