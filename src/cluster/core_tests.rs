@@ -15,6 +15,7 @@ use super::network::{Links, Router};
 use super::node::Storage;
 use super::start::{self, Settings, Started};
 use super::status::{Address, Role};
+use super::tests::{heartbeat, release};
 use super::types::NodeId;
 use crate::config::Config;
 use crate::core::{CoreAnswer, CoreCommand, CoreHandle, Refusal};
@@ -184,22 +185,7 @@ impl Cluster {
 }
 
 fn acquire(run: &str, worker: &str) -> Op {
-    Op::Acquire {
-        run_id: Bytes::copy_from_slice(run.as_bytes()),
-        worker_id: Bytes::copy_from_slice(worker.as_bytes()),
-        now: None,
-        ttl: Some(30.0),
-        lock_delay: None,
-        with_data: false,
-    }
-}
-
-fn heartbeat(lease: &Lease) -> Op {
-    Op::Heartbeat {
-        lease_id: lease.lease_id().into(),
-        token: lease.fencing_token,
-        now: None,
-    }
+    super::tests::acquire(run, worker, 30.0)
 }
 
 fn lease(answer: &CoreAnswer) -> Lease {
@@ -313,13 +299,6 @@ async fn a_follower_without_a_reachable_leader_says_try_again() {
     );
     let replica = cluster.nodes[&leader].started.node.state.lock();
     assert_eq!(replica.registry.len(), 0, "nothing reached the leader");
-}
-
-fn release(lease: &Lease) -> Op {
-    Op::Release {
-        lease_id: lease.lease_id().into(),
-        token: lease.fencing_token,
-    }
 }
 
 /// A blocked acquire sent to node `id`: its receiver.

@@ -90,7 +90,7 @@ pub(super) fn acquire(run: &str, worker: &str, ttl: f64) -> Op {
     }
 }
 
-fn heartbeat(lease: &Lease) -> Op {
+pub(super) fn heartbeat(lease: &Lease) -> Op {
     Op::Heartbeat {
         lease_id: lease.lease_id().into(),
         token: lease.fencing_token,
@@ -98,7 +98,7 @@ fn heartbeat(lease: &Lease) -> Op {
     }
 }
 
-fn release(lease: &Lease) -> Op {
+pub(super) fn release(lease: &Lease) -> Op {
     Op::Release {
         lease_id: lease.lease_id().into(),
         token: lease.fencing_token,
