@@ -26,6 +26,7 @@
 #                       P+4 (everysec), the cluster's nodes on P+1..P+3,
 #                       their buses on those + 10000
 #   --no-build          use target/release/leased as it is
+#   --leased BIN        measure this leased binary (implies --no-build)
 #   --raw FILE          also write every run as CSV to FILE
 #
 # The cluster runs with its defaults: the Raft log fsynced before a write
@@ -39,6 +40,12 @@
 # proxied) and check afterwards that it is still valid, so they time
 # successful commands. Reads go through the Raft log in a cluster (see
 # docs/cluster.md), so VALIDATE costs what a write does.
+#
+# Each command also gets a table of the servers' CPU time per request
+# (user + system, from /proc, over the run): the single node's, or the
+# three cluster nodes' together, the leader's and followers' share of the
+# work. It depends far less on what else the machine runs than
+# requests/s do.
 #
 # The script stops if the leader changes during a run: the follower's and
 # leader's figures would no longer be what they say.
@@ -72,6 +79,7 @@ while (($#)); do
     --quick) REQUESTS=20000; REPEAT=1; shift ;;
     --port) PORT=$2; shift 2 ;;
     --no-build) BUILD=0; shift ;;
+    --leased) LEASED_BIN=$2; BUILD=0; shift 2 ;;
     --raw) RAW=$2; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) usage >&2; die "unknown option $1" ;;
@@ -103,6 +111,10 @@ RUNS="$WORK/runs.csv"
 # The port each target is measured on (the cluster's are set once it has
 # a leader).
 declare -A PORT_OF=([always]=$PORT [everysec]=$((PORT + 4)))
+# The processes whose CPU time a target's runs are charged: the single
+# node, or all three of the cluster's nodes.
+declare -A PIDS_OF=()
+CLOCK_TICKS=$(getconf CLK_TCK)
 
 # start_cluster: three nodes on ports PORT+1..PORT+3, each with a
 # directory of its own, all stopped on exit.
@@ -123,6 +135,8 @@ start_cluster() {
         SERVER_PIDS+=("$!")
         CLUSTER_PIDS[i]=$!
     done
+    PIDS_OF[leader]="${CLUSTER_PIDS[*]}"
+    PIDS_OF[follower]="${CLUSTER_PIDS[*]}"
     for i in 1 2 3; do
         wait_ready $((PORT + i)) "${CLUSTER_PIDS[i]}" "$WORK/cluster-$i/leased.log"
     done
@@ -161,6 +175,19 @@ wait_leader() {
     PORT_OF[leader]=$leader
     PORT_OF[follower]=$follower
     LEADER=$leader
+}
+
+# The CPU time, user and system, in clock ticks, the processes $@ have
+# used so far.
+cpu_ticks() {
+    local pid total=0 fields
+    for pid in "$@"; do
+        read -ra fields <"/proc/$pid/stat"
+        # utime and stime are fields 14 and 15; the command name (field 2)
+        # is leased's, with no spaces.
+        total=$((total + fields[13] + fields[14]))
+    done
+    printf '%s\n' "$total"
 }
 
 # One redis-benchmark run against port $1 with pipeline $2 and the command
@@ -212,6 +239,7 @@ for target in "${TARGET_LIST[@]}"; do
     if [[ $target =~ ^(always|everysec)$ ]]; then
         log "starting a single node on port ${PORT_OF[$target]}, appendfsync $target"
         start_leased "${PORT_OF[$target]}" "$target"
+        PIDS_OF[$target]=$STARTED_PID
     fi
 done
 
@@ -228,7 +256,14 @@ for row in "${ROW_LIST[@]}"; do
         for ((i = 0; i < REPEAT; i++)); do
             for target in "${TARGET_LIST[@]}"; do
                 command_for "$row" "$target" "$pipeline" "$i"
+                read -ra pids <<<"${PIDS_OF[$target]}"
+                before=$(cpu_ticks "${pids[@]}")
                 result=$(bench_once "${PORT_OF[$target]}" "$pipeline" "${CMD[@]}")
+                # The servers' CPU time per request, in microseconds: what
+                # a run costs whatever else the machine is doing.
+                cpu=$(awk -v t=$(($(cpu_ticks "${pids[@]}") - before)) -v hz="$CLOCK_TICKS" \
+                    -v n="$REQUESTS" 'BEGIN { printf "%.1f", t / hz / n * 1e6 }')
+                result+=" $cpu"
                 check_hot "${PORT_OF[$target]}"
                 if ((CLUSTER)); then
                     [[ $(redis-cli -p "$LEADER" ROLE | head -n 1) == master ]] ||
@@ -242,7 +277,8 @@ for row in "${ROW_LIST[@]}"; do
         line="$row,$pipeline"
         for target in "${TARGET_LIST[@]}"; do
             runs=$(printf '%s' "${ALL[$target]}" | awk '{ printf "%s%.0f", (NR > 1 ? " / " : ""), $1 }')
-            line+=",$runs,$(printf '%s' "${ALL[$target]}" | median_ops)"
+            cpus=$(printf '%s' "${ALL[$target]}" | awk '{ printf "%s%s", (NR > 1 ? " / " : ""), $4 }')
+            line+=",$runs,$(printf '%s' "${ALL[$target]}" | median_ops),$cpus"
         done
         printf '%s\n' "$line" >>"$RESULTS"
         unset ALL
@@ -251,7 +287,7 @@ done
 
 if [[ -n $RAW ]]; then
     {
-        printf 'row,pipeline,target,run,ops,p50_ms,p99_ms\n'
+        printf 'row,pipeline,target,run,ops,p50_ms,p99_ms,cpu_us\n'
         cat "$RUNS"
     } >"$RAW"
 fi
@@ -284,7 +320,7 @@ for cluster in leader follower; do
 done
 
 printf '\n'
-print_setup | sed '/^# leased/s/, redis.*//'
+print_setup | sed '/^# leased/s/^# leased leased /# leased /; /^# leased/s/, Redis.*//'
 printf '# %s requests per run, -c %s, %s run(s) per cell (requests/s, in the order run)\n' \
     "$REQUESTS" "$CLIENTS" "$REPEAT"
 for row in "${ROW_LIST[@]}"; do
@@ -294,14 +330,18 @@ for row in "${ROW_LIST[@]}"; do
     printf '\n|---:|'
     for _ in "${TARGET_LIST[@]}" "${RATIOS[@]}"; do printf -- '---:|'; done
     printf '\n'
+    CPU_ROWS=""
     while IFS=, read -ra fields; do
         [[ ${fields[0]} == "$row" ]] || continue
         declare -A MEDIAN=()
         printf '| %s |' "${fields[1]}"
+        CPU_ROWS+="| ${fields[1]} |"
         for ((t = 0; t < ${#TARGET_LIST[@]}; t++)); do
-            printf ' %s |' "${fields[2 + 2 * t]}"
-            MEDIAN[${TARGET_LIST[t]}]=${fields[3 + 2 * t]}
+            printf ' %s |' "${fields[2 + 3 * t]}"
+            MEDIAN[${TARGET_LIST[t]}]=${fields[3 + 3 * t]}
+            CPU_ROWS+=" ${fields[4 + 3 * t]} |"
         done
+        CPU_ROWS+=$'\n'
         for ratio in "${RATIOS[@]}"; do
             awk -v a="${MEDIAN[${ratio%/*}]}" -v b="${MEDIAN[${ratio#*/}]}" \
                 'BEGIN { printf " %.2f |", a / b }'
@@ -309,4 +349,9 @@ for row in "${ROW_LIST[@]}"; do
         printf '\n'
         unset MEDIAN
     done <"$RESULTS"
+    printf '\nServer CPU time per request, µs (the single node; all three cluster nodes)\n\n| -P |'
+    for target in "${TARGET_LIST[@]}"; do printf ' %s |' "$(name_of "$target")"; done
+    printf '\n|---:|'
+    for _ in "${TARGET_LIST[@]}"; do printf -- '---:|'; done
+    printf '\n%s' "$CPU_ROWS"
 done
