@@ -8,7 +8,8 @@
 //!   [`writer`]); a truncation is fsynced too; a purge rewrites the kept
 //!   tail into a new file renamed over the old.
 //! - `vote`: fsynced before `save_vote` returns.
-//! - `committed`: written without fsync (a hint; [`values`] says why).
+//! - `committed`: written without fsync, at most every 100 ms (a hint;
+//!   [`values`] says why, [`writer`] why not more often).
 //! - `lock`: held while the store is open, so two processes never share
 //!   the directory.
 //!
