@@ -193,10 +193,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let mut starts = Vec::new();
         {
             let mut log = self.log();
-            for entry in entries {
+            for mut entry in entries {
                 if self.disk.is_some() {
                     starts.push((entry.log_id.index, records.len() as u64));
-                    file::encode_entry(&entry, &mut records)?;
+                    entry = file::encode_compact(entry, &mut records)?;
                 }
                 log.entries.insert(entry.log_id.index, entry);
             }
