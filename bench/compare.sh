@@ -154,17 +154,6 @@ RUNS="$WORK/runs.csv"
 : >"$RESULTS"
 : >"$RUNS"
 
-# Prints "ops/s p50 p99" from the last line of $2, the --csv output of
-# redis-benchmark or lease_load ($1 names which, for errors).
-csv_result() {
-    local line
-    line=$(printf '%s\n' "$2" | tail -n 1)
-    # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms",
-    # "p95_latency_ms","p99_latency_ms","max_latency_ms"
-    awk -F'","' 'NF == 8 && $2 + 0 > 0 { print $2, $5, $7; ok = 1 } END { exit !ok }' \
-        <<<"$line" || die "cannot read $1's output: $2"
-}
-
 # One redis-benchmark run against port $1 with pipeline $2 and the command
 # in the remaining arguments; prints "ops/s p50 p99".
 bench_once() {
@@ -185,11 +174,6 @@ load_once() {
         -P "$pipeline" "$@" 2>"$WORK/lease_load.err") ||
         die "lease_load failed: $(cat "$WORK/lease_load.err") $out"
     csv_result lease_load "$out"
-}
-
-# The run with the median ops/s among the "ops/s p50 p99" lines on stdin.
-median_run() {
-    sort -n -k1,1 | awk '{ line[NR] = $0 } END { print line[int((NR + 1) / 2)] }'
 }
 
 # measure MODE PIPELINE ROW: runs L_CMD on leased and R_CMD on Redis (either
@@ -227,8 +211,7 @@ hot_lease() {
     else
         reply=$(redis-cli --raw -p "$port" EVALSHA "$SHA" 0 ACQUIRE "$run" w TTL 1e9)
     fi
-    awk 'NR == 6 { id = $0 } NR == 8 { token = $0 } END { if (token == "") exit 1; print id, token }' \
-        <<<"$reply" || die "could not take the hot lease on port $port: $reply"
+    lease_of "$reply" || die "could not take the hot lease on port $port: $reply"
 }
 
 # Fails unless the hot lease is still live on both servers: the heartbeat

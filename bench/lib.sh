@@ -1,7 +1,8 @@
 # shellcheck shell=bash
-# Helpers shared by bench/compare.sh and bench/check_lua.sh: start a
-# release leased and a redis-server in a temporary directory, wait until
-# they answer, and stop them (and remove the directory) on exit.
+# Helpers shared by the bench scripts (compare.sh, check_lua.sh, cluster.sh
+# and others): start a release leased and a redis-server in a temporary
+# directory, wait until they answer, and stop them (and remove the
+# directory) on exit; read redis-benchmark's CSV and leases out of replies.
 #
 # Source it from a script that runs with `set -euo pipefail`.
 
@@ -165,4 +166,27 @@ stop_server() {
         [[ $p == "$pid" ]] || kept+=("$p")
     done
     SERVER_PIDS=("${kept[@]}")
+}
+
+# Prints "ops/s p50 p99" from the last line of $2, the --csv output of
+# redis-benchmark or lease_load ($1 names which, for errors).
+csv_result() {
+    local line
+    line=$(printf '%s\n' "$2" | tail -n 1)
+    # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms",
+    # "p95_latency_ms","p99_latency_ms","max_latency_ms"
+    awk -F'","' 'NF == 8 && $2 + 0 > 0 { print $2, $5, $7; ok = 1 } END { exit !ok }' \
+        <<<"$line" || die "cannot read $1's output: $2"
+}
+
+# The run with the median ops/s among the "ops/s p50 p99" lines on stdin.
+median_run() {
+    sort -n -k1,1 | awk '{ line[NR] = $0 } END { print line[int((NR + 1) / 2)] }'
+}
+
+# Prints "lease_id token" from an acquire's reply as `redis-cli --raw`
+# prints it (the lease as a flat array); fails if it holds no lease.
+lease_of() {
+    awk 'NR == 6 { id = $0 } NR == 8 { token = $0 } END { if (token == "") exit 1; print id, token }' \
+        <<<"$1"
 }

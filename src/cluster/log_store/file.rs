@@ -31,12 +31,22 @@ pub(super) fn header(purged: Option<&LogId>) -> std::io::Result<Vec<u8>> {
     Ok(out)
 }
 
-/// Appends `entry` to `out` as one record.
-pub(super) fn encode_entry(entry: &Entry, out: &mut Vec<u8>) -> std::io::Result<()> {
-    disk::frame(
-        &postcard::to_stdvec(entry).map_err(std::io::Error::other)?,
-        out,
-    )
+/// Appends `entry` to `out` as one record, and returns the entry read
+/// back from it: what the log keeps in memory.
+///
+/// On the leader an entry's ops hold their run and lease ids as slices of
+/// the client connections' read buffers, and each slice keeps its whole
+/// buffer alive. Kept as they came, the entries not yet purged held about
+/// five times the memory they do on a follower (1.2 GB against 330 MB
+/// with a million acquires in 5,000 entries), and the connections kept
+/// faulting in fresh pages for new buffers. The copy read back owns just
+/// its bytes; decoding costs far less than the encoding every entry gets
+/// anyway.
+pub(super) fn encode_compact(entry: Entry, out: &mut Vec<u8>) -> std::io::Result<Entry> {
+    let payload = postcard::to_stdvec(&entry).map_err(std::io::Error::other)?;
+    drop(entry);
+    disk::frame(&payload, out)?;
+    postcard::from_bytes(&payload).map_err(std::io::Error::other)
 }
 
 /// What the log file holds.

@@ -8,7 +8,8 @@
 //!   [`writer`]); a truncation is fsynced too; a purge rewrites the kept
 //!   tail into a new file renamed over the old.
 //! - `vote`: fsynced before `save_vote` returns.
-//! - `committed`: written without fsync (a hint; [`values`] says why).
+//! - `committed`: written without fsync, at most every 100 ms (a hint;
+//!   [`values`] says why, [`writer`] why not more often).
 //! - `lock`: held while the store is open, so two processes never share
 //!   the directory.
 //!
@@ -192,10 +193,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let mut starts = Vec::new();
         {
             let mut log = self.log();
-            for entry in entries {
+            for mut entry in entries {
                 if self.disk.is_some() {
                     starts.push((entry.log_id.index, records.len() as u64));
-                    file::encode_entry(&entry, &mut records)?;
+                    entry = file::encode_compact(entry, &mut records)?;
                 }
                 log.entries.insert(entry.log_id.index, entry);
             }

@@ -7,6 +7,9 @@
 //! append is flushed only after its fsync. Any other job (truncate, purge,
 //! vote) first fsyncs the appends before it, keeping the order.
 //!
+//! The committed id is written after the fsync that covers it, at most
+//! every 100 ms ([`COMMITTED_EVERY`]).
+//!
 //! After a failed write the file may not hold what openraft was told, so
 //! the writer refuses everything after it; openraft then stops the node.
 
@@ -15,7 +18,8 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
 
 use openraft::storage::IOFlushed;
 use tokio::sync::oneshot;
@@ -24,6 +28,14 @@ use super::super::disk;
 use super::super::types::TypeConfig;
 use super::file::{self, LOG_FILE, LogId};
 use super::values::{COMMITTED_FILE, VOTE_FILE};
+
+/// The committed id is written at most this often. It is a hint (a
+/// restarted node whose hint is older re-applies the rest once the leader
+/// says what is committed), and replacing its file after every fsync
+/// round (create, write, rename) cost the leader about 7% of its CPU at a
+/// thousand rounds a second; the latest value is written once the interval
+/// has passed, even if no job comes, and when the thread ends.
+const COMMITTED_EVERY: Duration = Duration::from_millis(100);
 
 /// Answers a job openraft waits for.
 pub(super) type Reply = oneshot::Sender<io::Result<()>>;
@@ -149,19 +161,47 @@ impl Writer {
 
 impl Thread {
     fn run(mut self, queue: Receiver<Job>) {
-        while let Ok(job) = queue.recv() {
-            let mut round = Round::default();
-            self.take(job, &mut round);
-            while let Ok(job) = queue.try_recv() {
-                self.take(job, &mut round);
+        // The committed id not written yet, and when it last was.
+        let mut committed: Option<Vec<u8>> = None;
+        let mut written: Option<Instant> = None;
+        loop {
+            let job = match &committed {
+                None => queue.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                Some(_) => {
+                    let since = written.map_or(COMMITTED_EVERY, |at| at.elapsed());
+                    queue.recv_timeout(COMMITTED_EVERY.saturating_sub(since))
+                }
+            };
+            match job {
+                Ok(job) => {
+                    let mut round = Round::default();
+                    self.take(job, &mut round);
+                    while let Ok(job) = queue.try_recv() {
+                        self.take(job, &mut round);
+                    }
+                    self.sync(&mut round);
+                    if let Some(record) = round.committed.take() {
+                        committed = Some(record);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
             }
-            self.sync(&mut round);
-            if let Some(record) = round.committed.take() {
-                let raft = self.writer.raft.clone();
-                let _ = self.step(|_| disk::replace(&raft, COMMITTED_FILE, &record, false));
+            let due = written.is_none_or(|at| at.elapsed() >= COMMITTED_EVERY);
+            if let Some(record) = committed.take_if(|_| due) {
+                self.write_committed(&record);
+                written = Some(Instant::now());
             }
         }
+        if let Some(record) = committed {
+            self.write_committed(&record);
+        }
         drop(self.writer.lock);
+    }
+
+    fn write_committed(&mut self, record: &[u8]) {
+        let raft = self.writer.raft.clone();
+        let _ = self.step(|_| disk::replace(&raft, COMMITTED_FILE, record, false));
     }
 
     fn take(&mut self, job: Job, round: &mut Round) {
