@@ -86,7 +86,8 @@ impl CommandStats {
     pub const NAMES: [&'static str; 5] = ["acquire", "heartbeat", "validate", "release", "get"];
 
     /// Where `op` is counted, if it is one of those.
-    fn slot(op: &Op) -> Option<usize> {
+    /// Which of [`CommandStats::NAMES`] counts `op`, if one does.
+    pub fn slot(op: &Op) -> Option<usize> {
         Some(match op {
             Op::Acquire { .. } => 0,
             Op::Heartbeat { .. } => 1,
@@ -105,10 +106,16 @@ impl CommandStats {
 
     /// Counts `op`, which gave `outcome`, or an error when `None`.
     pub fn record(&mut self, op: &Op, outcome: Option<&Outcome>) {
+        self.record_slot(Self::slot(op), outcome);
+    }
+
+    /// [`CommandStats::record`] by the op's [`CommandStats::slot`], for
+    /// counting once the op itself is gone (into a cluster's log).
+    pub fn record_slot(&mut self, slot: Option<usize>, outcome: Option<&Outcome>) {
         if let Some(Outcome::Reclaimed(count)) = outcome {
             self.reclaimed += *count as u64;
         }
-        let Some(slot) = Self::slot(op) else {
+        let Some(slot) = slot else {
             return;
         };
         let ok = matches!(
