@@ -54,14 +54,26 @@ impl Files {
 
     /// A cluster node's configuration with `tls-cluster yes` and the files.
     fn config(&self) -> Config {
-        let mut config = Config::default();
-        config.cluster_enabled = true;
-        config.tls_cluster = true;
-        config.tls_cert_file = Some(self.cert.clone());
-        config.tls_key_file = Some(self.key.clone());
-        config.tls_ca_cert_file = Some(self.ca.clone());
-        config
+        Config {
+            cluster_enabled: true,
+            tls_cluster: true,
+            tls_cert_file: Some(self.cert.clone()),
+            tls_key_file: Some(self.key.clone()),
+            tls_ca_cert_file: Some(self.ca.clone()),
+            ..Config::default()
+        }
     }
+}
+
+/// Sets the file `directive` names.
+fn set_file(config: &mut Config, directive: &str, path: Option<&Path>) {
+    let field = match directive {
+        "tls-cert-file" => &mut config.tls_cert_file,
+        "tls-key-file" => &mut config.tls_key_file,
+        "tls-ca-cert-file" => &mut config.tls_ca_cert_file,
+        other => panic!("no file directive {other}"),
+    };
+    *field = path.map(Path::to_path_buf);
 }
 
 fn refusal(config: &Config) -> TlsError {
@@ -107,14 +119,9 @@ fn the_bus_requires_client_certificates_whatever_tls_auth_clients_says() {
 #[test]
 fn tls_cluster_without_a_file_names_it() {
     let files = Files::new();
-    let unset: [(&str, fn(&mut Config)); 3] = [
-        ("tls-cert-file", |c| c.tls_cert_file = None),
-        ("tls-key-file", |c| c.tls_key_file = None),
-        ("tls-ca-cert-file", |c| c.tls_ca_cert_file = None),
-    ];
-    for (name, unset) in unset {
+    for name in ["tls-cert-file", "tls-key-file", "tls-ca-cert-file"] {
         let mut config = files.config();
-        unset(&mut config);
+        set_file(&mut config, name, None);
         let error = refusal(&config);
         assert!(
             matches!(error, TlsError::ClusterMissingFile(missing) if missing == name),
@@ -137,14 +144,14 @@ fn tls_cluster_with_a_bad_file_names_the_directive_and_the_file() {
         "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
     );
     let other_key = files.file("other.key", &KeyPair::generate().unwrap().serialize_pem());
-    let cases: [(fn(&mut Config, PathBuf), &PathBuf, String); 6] = [
+    let cases = [
         (
-            |c, p| c.tls_cert_file = Some(p),
+            "tls-cert-file",
             &missing,
             format!("cannot read tls-cert-file '{}'", display(&missing)),
         ),
         (
-            |c, p| c.tls_cert_file = Some(p),
+            "tls-cert-file",
             &not_pem,
             format!(
                 "tls-cert-file '{}' holds no PEM certificate",
@@ -152,7 +159,7 @@ fn tls_cluster_with_a_bad_file_names_the_directive_and_the_file() {
             ),
         ),
         (
-            |c, p| c.tls_key_file = Some(p),
+            "tls-key-file",
             &files.cert,
             format!(
                 "tls-key-file '{}' holds no unencrypted PEM private key",
@@ -160,7 +167,7 @@ fn tls_cluster_with_a_bad_file_names_the_directive_and_the_file() {
             ),
         ),
         (
-            |c, p| c.tls_key_file = Some(p),
+            "tls-key-file",
             &other_key,
             format!(
                 "tls-cert-file '{}' and tls-key-file '{}' do not make a usable certificate",
@@ -169,19 +176,19 @@ fn tls_cluster_with_a_bad_file_names_the_directive_and_the_file() {
             ),
         ),
         (
-            |c, p| c.tls_ca_cert_file = Some(p),
+            "tls-ca-cert-file",
             &missing,
             format!("cannot read tls-ca-cert-file '{}'", display(&missing)),
         ),
         (
-            |c, p| c.tls_ca_cert_file = Some(p),
+            "tls-ca-cert-file",
             &junk,
             format!("tls-ca-cert-file '{}'", display(&junk)),
         ),
     ];
-    for (set, path, expected) in cases {
+    for (directive, path, expected) in cases {
         let mut config = files.config();
-        set(&mut config, path.clone());
+        set_file(&mut config, directive, Some(path));
         let error = refusal(&config).to_string();
         assert!(error.starts_with(&expected), "wanted {expected}: {error}");
     }
