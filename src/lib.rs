@@ -71,4 +71,6 @@ pub mod splitargs;
 pub mod state;
 pub mod system;
 pub mod tls;
+#[cfg(test)]
+mod tls_tests;
 pub mod warnings;

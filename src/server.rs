@@ -80,8 +80,9 @@ pub struct Listeners {
     pub tls: Option<(TlsAcceptor, Vec<TcpListener>)>,
     /// The metrics endpoint's, on `metrics-port`; none when it is 0.
     pub metrics: Vec<TcpListener>,
-    /// Cluster mode: the node bus's, on this node's bus address.
-    pub bus: Option<TcpListener>,
+    /// Cluster mode: the node bus's, on this node's bus address, with its
+    /// TLS when `tls-cluster` is yes.
+    pub bus: Option<(TcpListener, Option<tls::BusTls>)>,
 }
 
 /// Loads the TLS setup and binds every address of `bind` on `port`, and
@@ -91,6 +92,7 @@ pub struct Listeners {
 pub async fn bind(config: &Config) -> Result<Listeners, ServeError> {
     check_protected_mode(config)?;
     let acceptor = tls::acceptor(config).map_err(ServeError::Tls)?;
+    let bus_tls = tls::bus(config).map_err(ServeError::Tls)?;
     // TLS and metrics first: their ports are fixed, so a free port picked
     // for `port 0` cannot take them.
     let tls = match acceptor {
@@ -109,7 +111,7 @@ pub async fn bind(config: &Config) -> Result<Listeners, ServeError> {
                 addr,
                 error,
             })?;
-            Some(listener)
+            Some((listener, bus_tls))
         }
         // Checked when the configuration was loaded.
         Ok(None) | Err(_) => None,
@@ -200,8 +202,8 @@ pub async fn run(
     let shared = Arc::new(Shared::new(config, listen_addrs, tls_listen_addrs, clock));
     let cluster = shared.config().cluster().ok().flatten();
     let (core, core_task) = match (cluster, listeners.bus) {
-        (Some(cluster), Some(bus)) => {
-            crate::cluster::serve::start(&cluster, &data_dir, shared.clone(), bus)
+        (Some(cluster), Some((bus, bus_tls))) => {
+            crate::cluster::serve::start(&cluster, &data_dir, shared.clone(), bus, bus_tls)
                 .await
                 .map_err(ServeError::Cluster)?
         }

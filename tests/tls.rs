@@ -17,10 +17,8 @@ use std::time::Duration;
 
 use common::binary::{Server, free_port, run_to_exit, wait_until};
 use common::client::{run, status};
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
-};
+use common::pki::{ca, leaf};
+use rcgen::{ExtendedKeyUsagePurpose, KeyPair};
 use redis::{ClientTlsConfig, TlsCertificates, Value};
 
 /// A CA and the files signed by it, in a temporary directory.
@@ -37,38 +35,6 @@ struct Pki {
     stranger_key: PathBuf,
 }
 
-fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, name);
-    params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
-}
-
-/// A certificate signed by `issuer`: (certificate PEM, key PEM).
-fn leaf(
-    issuer: &CertifiedIssuer<'static, KeyPair>,
-    name: &str,
-    names: &[&str],
-    usage: ExtendedKeyUsagePurpose,
-) -> (String, String) {
-    let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-    let mut params = CertificateParams::new(names).unwrap();
-    params.distinguished_name.push(DnType::CommonName, name);
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
-    params.extended_key_usages = vec![usage];
-    let key = KeyPair::generate().unwrap();
-    let cert = params.signed_by(&key, issuer).unwrap();
-    (cert.pem(), key.serialize_pem())
-}
-
 impl Pki {
     fn new() -> Pki {
         let dir = tempfile::tempdir().unwrap();
@@ -82,17 +48,21 @@ impl Pki {
             &authority,
             "leased",
             &["localhost", "127.0.0.1"],
-            ExtendedKeyUsagePurpose::ServerAuth,
+            &[ExtendedKeyUsagePurpose::ServerAuth],
         );
         let (client_cert, client_key) = leaf(
             &authority,
             "worker",
             &[],
-            ExtendedKeyUsagePurpose::ClientAuth,
+            &[ExtendedKeyUsagePurpose::ClientAuth],
         );
         let other = ca("another CA");
-        let (stranger_cert, stranger_key) =
-            leaf(&other, "stranger", &[], ExtendedKeyUsagePurpose::ClientAuth);
+        let (stranger_cert, stranger_key) = leaf(
+            &other,
+            "stranger",
+            &[],
+            &[ExtendedKeyUsagePurpose::ClientAuth],
+        );
         Pki {
             ca: write("ca.pem", &authority.pem()),
             server_cert: write("server.pem", &server_cert),
@@ -241,6 +211,7 @@ fn redis_crate_pings_and_acquires_over_tls() {
             ("tls-key-file", arg(&tls.pki.server_key)),
             ("tls-ca-cert-file", arg(&tls.pki.ca)),
             ("tls-auth-clients", "yes"),
+            ("tls-cluster", "no"),
         ]
         .map(|(k, v)| (common::client::bulk_value(k), common::client::bulk_value(v)))
     );

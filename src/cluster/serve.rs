@@ -1,6 +1,7 @@
 //! Cluster mode in the server: a node started from `Config::cluster()`,
 //! its Raft state under the data directory, its bus listening on its bus
-//! address, followers forwarding through the bus.
+//! address (in TLS with `tls-cluster yes`), followers forwarding through
+//! the bus.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::bus::{Bus, ForwardError, ForwardHandler, serve};
+use super::bus::{Bus, ForwardError, ForwardHandler, serve, serve_tls};
 use super::clock_guard::{self, Guard};
 use super::core::{ForwardFailure, Forwarder, Forwarding};
 use super::node::{StartError, Storage};
@@ -27,15 +28,18 @@ use crate::config::{ClusterConfig, ClusterRedirect, Config};
 use crate::core::CoreHandle;
 use crate::registry::Registry;
 use crate::state::Shared;
+use crate::tls::BusTls;
 
-/// Starts this node: its Raft from `data_dir`, the bus on `listener`, and
-/// the core connections talk to. The join handle resolves once the core
-/// has stopped (the last handle dropped) and the Raft has shut down.
+/// Starts this node: its Raft from `data_dir`, the bus on `listener` (in
+/// TLS, both ways, with `tls`), and the core connections talk to. The
+/// join handle resolves once the core has stopped (the last handle
+/// dropped) and the Raft has shut down.
 pub async fn start(
     cluster: &ClusterConfig,
     data_dir: &DataDir,
     shared: Arc<Shared>,
     listener: TcpListener,
+    tls: Option<BusTls>,
 ) -> Result<(CoreHandle, JoinHandle<()>), StartError> {
     let config = shared.config();
     if cluster.redirect == ClusterRedirect::Moved {
@@ -48,7 +52,10 @@ pub async fn start(
     let peers: HashMap<_, _> = (cluster.peers())
         .map(|member| (member.id, member.bus_addr.to_string()))
         .collect();
-    let bus = Bus::new(cluster.node_id, secret.clone()).with_peers(peers);
+    let mut bus = Bus::new(cluster.node_id, secret.clone()).with_peers(peers);
+    if let Some(tls) = &tls {
+        bus = bus.with_tls(tls.connector.clone());
+    }
     let settings = Settings {
         id: cluster.node_id,
         addresses: (cluster.members.iter())
@@ -83,9 +90,15 @@ pub async fn start(
     let started = start::start_with(settings, shared.clone(), bus, forward, make, guarded).await?;
     let handler = handler(started.forwards.clone());
     let raft = started.node.raft.clone();
-    tokio::spawn(serve(listener, raft, handler, guard, secret, shutdown));
+    let in_tls = if tls.is_some() { " in TLS" } else { "" };
+    match tls {
+        None => tokio::spawn(serve(listener, raft, handler, guard, secret, shutdown)),
+        Some(BusTls { acceptor, .. }) => tokio::spawn(serve_tls(
+            listener, raft, handler, guard, secret, acceptor, shutdown,
+        )),
+    };
     info!(
-        "Cluster node {} of {} started; its bus listens on {}",
+        "Cluster node {} of {} started; its bus listens on {}{in_tls}",
         cluster.node_id,
         cluster.members.len(),
         cluster.me().bus_addr

@@ -527,6 +527,16 @@ pub(super) static DIRECTIVES: &[Directive] = &[
         set: set_tls_auth_clients,
         show: |c| c.tls_auth_clients.as_str().to_owned(),
     },
+    Directive {
+        name: "tls-cluster",
+        default: &["no"],
+        value_name: "yes|no",
+        help: "With cluster-enabled yes, the node bus in mutual TLS: tls-cert-file and tls-key-file are this node's certificate (its IP address a SAN), tls-ca-cert-file the CA that signs every node's",
+        syntax: Syntax::One,
+        flags: IMMUTABLE,
+        set: |c, args| set_yes_no(&mut c.tls_cluster, &args[0]),
+        show: |c| yes_no(c.tls_cluster),
+    },
     // Cluster mode is set up at start-up only: a node cannot change the
     // membership or its own place in it under a running Raft.
     Directive {
@@ -1117,6 +1127,7 @@ impl Default for Config {
             tls_key_file: None,
             tls_ca_cert_file: None,
             tls_auth_clients: TlsAuthClients::Yes,
+            tls_cluster: false,
             cluster_enabled: false,
             cluster_node_id: 0,
             cluster_nodes: Vec::new(),

@@ -137,6 +137,10 @@ pub struct Config {
     pub tls_ca_cert_file: Option<PathBuf>,
     /// Whether TLS clients must present a certificate.
     pub tls_auth_clients: TlsAuthClients,
+    /// Cluster mode: the node bus in mutual TLS, with `tls_cert_file` and
+    /// `tls_key_file` as every node's certificate (server and client) and
+    /// `tls_ca_cert_file` as the CA that signs them (`crate::tls::bus`).
+    pub tls_cluster: bool,
     /// Cluster mode: this node is one of `cluster_nodes`, which replicate
     /// one registry. [`Config::cluster`] gives the checked settings.
     pub cluster_enabled: bool,

@@ -372,7 +372,8 @@ fn unknown_directives_including_read_only_ones() {
 fn tls_directives() {
     let config = parse_text(
         "tls-port 6380\ntls-cert-file \"/etc/tls/server cert.pem\"\n\
-         tls-key-file key.pem\ntls-ca-cert-file ca.pem\ntls-auth-clients OPTIONAL",
+         tls-key-file key.pem\ntls-ca-cert-file ca.pem\ntls-auth-clients OPTIONAL\n\
+         tls-cluster YES",
     )
     .unwrap();
     assert_eq!(config.tls_port, 6380);
@@ -383,6 +384,7 @@ fn tls_directives() {
     assert_eq!(config.tls_key_file, Some(PathBuf::from("key.pem")));
     assert_eq!(config.tls_ca_cert_file, Some(PathBuf::from("ca.pem")));
     assert_eq!(config.tls_auth_clients, TlsAuthClients::Optional);
+    assert!(config.tls_cluster);
     assert_eq!(
         config.get(b"tls-*"),
         [
@@ -391,6 +393,7 @@ fn tls_directives() {
             ("tls-key-file", "key.pem".to_owned()),
             ("tls-ca-cert-file", "ca.pem".to_owned()),
             ("tls-auth-clients", "optional".to_owned()),
+            ("tls-cluster", "yes".to_owned()),
         ]
     );
     // The empty string unsets a file, as in Redis.
@@ -404,6 +407,18 @@ fn tls_directives() {
         invalid("tls-auth-clients maybe")
             .ends_with("invalid tls-auth-clients (expected yes, no or optional)")
     );
+    assert!(!Config::default().tls_cluster);
+    assert!(
+        !args(&["--tls-cluster", "yes", "--tls-cluster", "no"])
+            .unwrap()
+            .tls_cluster
+    );
+    assert_eq!(
+        set_error(&["tls-cluster", "yes"]),
+        "CONFIG SET failed (possibly related to argument 'tls-cluster') - can't set immutable \
+         config"
+    );
+    assert!(invalid("tls-cluster on").ends_with("invalid tls-cluster (expected yes or no)"));
     assert!(
         invalid("tls-port 65536")
             .ends_with("invalid tls-port (expected an integer from 0 to 65535)")
@@ -671,6 +686,7 @@ fn config_get_all_in_table_order() {
         ("tls-key-file", ""),
         ("tls-ca-cert-file", ""),
         ("tls-auth-clients", "yes"),
+        ("tls-cluster", "no"),
         ("cluster-enabled", "no"),
         ("cluster-node-id", "0"),
         ("cluster-nodes", ""),

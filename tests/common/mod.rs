@@ -15,6 +15,7 @@
 //!   ([`proxy`]), to kill, stop, partition or slow any of them.
 //! - [`child`]: other programs a test runs (scripts of other clients),
 //!   bounded in time and killed with the test.
+//! - [`pki`]: a CA and certificates it signs, for TLS tests.
 //!
 //! Beside them, included by `#[path]` from tests/cluster.rs and
 //! examples/nemesis.rs only (they are no modules of this one, so their
@@ -30,5 +31,6 @@ pub mod child;
 pub mod client;
 pub mod cluster;
 pub mod inprocess;
+pub mod pki;
 pub mod proxy;
 pub mod raw;
