@@ -13,9 +13,11 @@
 //! ```text
 //! leaves   registry, request, reply, command, config, glob, number, splitargs,
 //!          ceiling, aof, slowlog, monitor, pubsub, system, logging, warnings, tls,
-//!          histogram, cluster
-//! state    the running configuration, client table, counters, clock
-//! core     the task that owns the registry, the log and the token ceiling
+//!          histogram
+//! state    the running configuration, client table, counters, clock, the
+//!          cluster's status
+//! core     the task that owns the registry, the log and the token ceiling;
+//!          cluster (the replicated registry: its core task, log, bus)
 //! views    info, metrics
 //! edges    connection, server
 //! ```
@@ -25,7 +27,8 @@
 //! - [`logging`]: log levels, text or JSON lines, standard output or `logfile`.
 //! - [`server`]: listeners, the client table, shutdown.
 //! - [`connection`]: one client's session: read, parse, dispatch, write.
-//! - [`tls`]: the TLS certificates and client-certificate policy for `tls-port`.
+//! - [`tls`]: the TLS certificates and client-certificate policy for `tls-port`,
+//!   and the node bus's mutual TLS (`tls-cluster`).
 //! - [`request`]: strict decoding of RESP and inline requests, with limits.
 //! - [`command`]: the command table and typed commands parsed from arguments.
 //! - [`state`]: what connections, the core and the views share: the running
@@ -33,7 +36,8 @@
 //! - [`core`]: the one task that owns the registry and answers lease commands.
 //! - [`registry`]: the pure lease state machine; its one deterministic
 //!   `apply(op, clock)`.
-//! - [`cluster`]: cluster mode's core: the registry replicated by Raft (not served yet).
+//! - [`cluster`]: cluster mode: the registry replicated by Raft (openraft), its
+//!   core task, durable log, node bus and views.
 //! - [`ceiling`]: the durable fencing-token ceiling and the data-directory lock.
 //! - [`reply`]: reply values and their RESP2/RESP3 encoding.
 //! - [`info`]: the `INFO` text.
@@ -71,6 +75,4 @@ pub mod splitargs;
 pub mod state;
 pub mod system;
 pub mod tls;
-#[cfg(test)]
-mod tls_tests;
 pub mod warnings;

@@ -4,7 +4,8 @@
 //! ```text
 //! leaves   registry, request, reply, command, config, ... (pure, or one job's I/O)
 //! state    the running configuration, client table, counters, clock
-//! core     the task that owns the registry, the log and the token ceiling
+//! core     the task that owns the registry, the log and the token ceiling;
+//!          cluster mode's core (the replicated registry, its bus)
 //! views    info, metrics
 //! edges    connection, server
 //! ```
@@ -21,7 +22,6 @@ use std::path::Path;
 const LAYERS: &[(&str, usize)] = &[
     ("aof", 0),
     ("ceiling", 0),
-    ("cluster", 0),
     ("command", 0),
     ("config", 0),
     ("glob", 0),
@@ -40,6 +40,7 @@ const LAYERS: &[(&str, usize)] = &[
     ("warnings", 0),
     ("state", 1),
     ("core", 2),
+    ("cluster", 2),
     ("info", 3),
     ("metrics", 3),
     ("connection", 4),

@@ -13,8 +13,7 @@ use std::fmt;
 
 use crate::registry::{Op, Outcome};
 
-/// A node's id in the cluster.
-pub type NodeId = u64;
+pub use crate::state::cluster::NodeId;
 
 /// Ops written together, applied in order at the leader's stamp.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]

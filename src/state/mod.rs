@@ -9,6 +9,7 @@
 mod calls;
 mod clients;
 mod clock;
+pub mod cluster;
 mod stats;
 
 use std::net::SocketAddr;
@@ -18,11 +19,11 @@ use std::time::Instant;
 use arc_swap::{ArcSwap, ArcSwapOption, Guard};
 use tokio_util::sync::CancellationToken;
 
-use crate::cluster::status::ClusterStatus;
 use crate::config::Config;
 use crate::monitor::Monitors;
 use crate::pubsub::PubSub;
 use crate::slowlog::SlowLog;
+use cluster::ClusterStatus;
 
 pub use calls::{CallStats, Counts, Tally};
 pub use clients::{ClientEntry, ClientMeta, ClientTable};

@@ -337,3 +337,6 @@ fn invalid_pem(directive: &'static str, path: &Path, error: pem::Error) -> TlsEr
         error,
     }
 }
+
+#[cfg(test)]
+mod tests;
