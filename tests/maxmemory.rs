@@ -13,6 +13,9 @@ use common::client::{info_map, info_number, lease_or_null, lease_reply};
 const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 const LIMIT: &str = "8mb";
 const LIMIT_BYTES: u64 = 8 << 20;
+/// What one pipeline of `fill`'s requests and their replies may hold
+/// while the core reads the allocator's figure.
+const IN_FLIGHT: u64 = 512 << 10;
 
 /// Acquires `run-<i>` for `from..from + count`, one pipeline; each reply,
 /// a lease or the server's error line.
@@ -74,8 +77,11 @@ fn above_maxmemory_new_runs_get_oom_and_everything_else_goes_on() {
     assert_eq!(memory["maxmemory_policy"], "noeviction");
 
     let granted = fill(&mut con);
+    // The reading that refused counted the round's requests and replies
+    // in flight (2,000 pipelined acquires: a few hundred KB), freed since:
+    // what is left is the leases, at the limit give or take that much.
     let used = info_number(&info(&mut con, "memory"), "used_memory");
-    assert!(used > LIMIT_BYTES, "refused at {used} bytes");
+    assert!(used > LIMIT_BYTES - IN_FLIGHT, "refused at {used} bytes");
     let last_token = info_number(&info(&mut con, "leases"), "last_fencing_token");
     assert_eq!(last_token, granted as u64, "an OOM spends no token");
 
