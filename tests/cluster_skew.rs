@@ -12,7 +12,6 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::binary::{BINARY, Server, free_port, wait_until};
-use common::client::info_map;
 
 /// Node `id`'s process, on `port`, in the cluster `nodes` describes.
 fn start(id: usize, port: u16, nodes: &str, dir: &Path, offset_ms: Option<i64>) -> Server {
@@ -31,15 +30,6 @@ fn start(id: usize, port: u16, nodes: &str, dir: &Path, offset_ms: Option<i64>) 
         command.env("LEASED_CLOCK_OFFSET_MS", offset.to_string());
     }
     Server::spawn(command, dir).expect("node starts")
-}
-
-/// A node's `CLUSTER INFO`, if it answers.
-fn cluster_info(server: &Server) -> Option<HashMap<String, String>> {
-    let mut con = (server.client())
-        .get_connection_with_timeout(Duration::from_secs(1))
-        .ok()?;
-    let info: redis::Value = redis::cmd("CLUSTER").arg("INFO").query(&mut con).ok()?;
-    Some(info_map(&info))
 }
 
 #[test]
@@ -65,7 +55,7 @@ fn a_node_whose_clock_is_ahead_never_leads() {
     // Every poll also checks that node 3 does not lead.
     let poll = |servers: &[Option<Server>]| -> Vec<Option<HashMap<String, String>>> {
         let infos: Vec<_> = (servers.iter())
-            .map(|server| server.as_ref().and_then(cluster_info))
+            .map(|server| server.as_ref().and_then(Server::cluster_info))
             .collect();
         if let Some(three) = &infos[2] {
             assert_ne!(three["cluster_role"], "leader", "node 3 leads: {three:?}");

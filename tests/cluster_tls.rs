@@ -7,13 +7,12 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::binary::{BINARY, Server, free_port, run_to_exit, wait_until};
-use common::client::{acquire_cmd, info_map, lease_or_null};
+use common::client::{acquire_cmd, lease_or_null};
 use common::pki::{Ca, ca, leaf};
 use rcgen::ExtendedKeyUsagePurpose;
 
@@ -53,15 +52,6 @@ fn start(id: usize, port: u16, nodes: &str, dir: &Path, files: [&Path; 3]) -> Se
         .arg("--tls-ca-cert-file")
         .arg(ca);
     Server::spawn(command, dir).expect("node starts")
-}
-
-/// A node's `CLUSTER INFO`, if it answers.
-fn cluster_info(server: &Server) -> Option<HashMap<String, String>> {
-    let mut con = (server.client())
-        .get_connection_with_timeout(Duration::from_secs(1))
-        .ok()?;
-    let info: redis::Value = redis::cmd("CLUSTER").arg("INFO").query(&mut con).ok()?;
-    Some(info_map(&info))
 }
 
 /// A node's `ROLE`, its first word.
@@ -111,7 +101,7 @@ fn nodes_with_certificates_from_the_ca_form_a_cluster_over_tls_and_a_stranger_ca
 
     // Nodes 1 to 3 agree on a leader among them, whose ROLE is master.
     let leader = wait_until(Duration::from_secs(15), || {
-        let infos: Vec<_> = servers[..3].iter().map(cluster_info).collect();
+        let infos: Vec<_> = servers[..3].iter().map(Server::cluster_info).collect();
         let leaders: Vec<Option<&str>> = (infos.iter())
             .map(|info| Some(info.as_ref()?.get("cluster_leader_id")?.as_str()))
             .collect();
@@ -144,7 +134,7 @@ fn nodes_with_certificates_from_the_ca_form_a_cluster_over_tls_and_a_stranger_ca
     // for 2 s, longer than its election timeout, so it stood at least once.
     let until = Instant::now() + Duration::from_secs(2);
     while Instant::now() < until {
-        let info = cluster_info(&servers[3]).expect("node 4 answers");
+        let info = servers[3].cluster_info().expect("node 4 answers");
         assert_eq!(info["cluster_leader_id"], "0", "{info:?}");
         assert_ne!(info["cluster_role"], "leader", "{info:?}");
         std::thread::sleep(Duration::from_millis(100));

@@ -170,6 +170,15 @@ impl Server {
     }
 
     /// Everything the server printed so far.
+    /// Its `CLUSTER INFO`, if it answers within a second.
+    pub fn cluster_info(&self) -> Option<HashMap<String, String>> {
+        let mut con = (self.client())
+            .get_connection_with_timeout(Duration::from_secs(1))
+            .ok()?;
+        let info: redis::Value = redis::cmd("CLUSTER").arg("INFO").query(&mut con).ok()?;
+        Some(super::client::info_map(&info))
+    }
+
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
     }
