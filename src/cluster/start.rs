@@ -23,6 +23,9 @@ use super::types::{NodeId, TypeConfig};
 use crate::core::{CoreHandle, QUEUE_DEPTH, publish_applied};
 use crate::state::Shared;
 
+/// The least time between two rebuilds of a node's published status.
+const STATUS_EVERY: Duration = Duration::from_millis(20);
+
 /// What a node needs to know to join its cluster.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -216,6 +219,9 @@ async fn publish_status(
                 ..status.clone()
             })
         });
+        // Raft's metrics change with every entry applied: under load the
+        // status is rebuilt at most this often, not once per entry.
+        tokio::time::sleep(STATUS_EVERY).await;
         if metrics.changed().await.is_err() {
             return;
         }

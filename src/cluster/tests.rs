@@ -124,7 +124,7 @@ struct Cluster {
     dirs: HashMap<NodeId, TempDir>,
 }
 
-fn config() -> Arc<Config> {
+pub(super) fn config() -> Arc<Config> {
     Arc::new(
         Config {
             // Generous for a loaded machine: a leader that misses
@@ -583,6 +583,18 @@ async fn until(
         .expect("metrics never got there");
 }
 
+/// Has node `id` snapshot all it has applied and waits until its log up
+/// to there is purged (the tests keep none); returns that index.
+async fn snapshot_and_purge(cluster: &Cluster, id: NodeId) -> Option<u64> {
+    let index = cluster.nodes[&id].state.last_applied_index();
+    cluster.nodes[&id].raft.trigger().snapshot().await.unwrap();
+    let covered = |m: &openraft::RaftMetrics<_>| {
+        m.snapshot.map(|id| id.index) >= index && m.purged.map(|id| id.index) >= index
+    };
+    until(cluster, id, covered).await;
+    index
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_missed_purged_entries_is_sent_a_snapshot() {
     let ids = [1, 2, 3];
@@ -606,17 +618,7 @@ async fn a_node_that_missed_purged_entries_is_sent_a_snapshot() {
     cluster.write(&rest, vec![data, release(&leases[1])]).await;
 
     let leader = cluster.leader(&rest).await;
-    let index = cluster.nodes[&leader].state.last_applied_index();
-    cluster.nodes[&leader]
-        .raft
-        .trigger()
-        .snapshot()
-        .await
-        .unwrap();
-    let covered = |m: &openraft::RaftMetrics<_>| {
-        m.snapshot.map(|id| id.index) >= index && m.purged.map(|id| id.index) >= index
-    };
-    until(&cluster, leader, covered).await;
+    let index = snapshot_and_purge(&cluster, leader).await;
 
     cluster.router.heal();
     until(&cluster, behind, |m| m.snapshot.map(|id| id.index) >= index).await;

@@ -70,14 +70,7 @@ impl ClusterCore {
 
     /// Sends an acquire for `waiter`; the outcome comes back as a wake.
     async fn try_for(&mut self, run: Bytes, waiter: Waiter) {
-        let op = Op::Acquire {
-            run_id: run.clone(),
-            worker_id: waiter.worker_id.clone(),
-            now: None,
-            ttl: waiter.ttl,
-            lock_delay: waiter.lock_delay,
-            with_data: waiter.with_data,
-        };
+        let op = waiter.acquire(run.clone());
         self.trying.insert(run.clone());
         let outcome = self.submit(vec![op]).await;
         let wake = self.wake.clone();

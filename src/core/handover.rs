@@ -68,14 +68,7 @@ impl Core {
     /// looked at again when it may be free.
     fn serve_run(&mut self, run: Bytes, round: &Round) {
         while let Some(waiter) = self.waiters.front(&run) {
-            let op = Op::Acquire {
-                run_id: run.clone(),
-                worker_id: waiter.worker_id.clone(),
-                now: None,
-                ttl: waiter.ttl,
-                lock_delay: waiter.lock_delay,
-                with_data: waiter.with_data,
-            };
+            let op = waiter.acquire(run.clone());
             let now = round.clock.max(self.registry.time());
             if let Some(at) = self.registry.free_at(&run)
                 && at > now

@@ -83,6 +83,18 @@ impl Waiter {
         (run_id, waiter, receiver)
     }
 
+    /// The acquire that grants it `run`, on the server's clock.
+    pub fn acquire(&self, run: Bytes) -> Op {
+        Op::Acquire {
+            run_id: run,
+            worker_id: self.worker_id.clone(),
+            now: None,
+            ttl: self.ttl,
+            lock_delay: self.lock_delay,
+            with_data: self.with_data,
+        }
+    }
+
     /// Whether its client still waits (its connection holds the receiver).
     fn waiting(&self) -> bool {
         !self.reply.is_closed()

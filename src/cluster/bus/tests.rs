@@ -198,21 +198,9 @@ fn refused_peers_are_logged_once_a_minute() {
 
 // Nodes over loopback TCP.
 
+/// The in-process tests' Raft settings: generous for a loaded machine.
 pub(super) fn config() -> Arc<Config> {
-    Arc::new(
-        Config {
-            // As the in-process tests: generous for a loaded machine.
-            heartbeat_interval: 100,
-            election_timeout_min: 800,
-            election_timeout_max: 1600,
-            // A snapshot purges the whole log it covers: a node that
-            // joins later must be sent the snapshot.
-            max_in_snapshot_log_to_keep: 0,
-            ..Default::default()
-        }
-        .validate()
-        .unwrap(),
-    )
+    crate::cluster::tests::config()
 }
 
 /// A node, its bus, and its bus server (stopped by `shutdown`).

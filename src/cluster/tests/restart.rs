@@ -3,7 +3,10 @@
 //! follower catches up from its own log, or from its snapshot and then
 //! the leader's, and a whole cluster keeps every committed write.
 
-use super::{Cluster, NodeId, Op, acquire, acquired, check_fencing, heartbeat, release, until};
+use super::{
+    Cluster, NodeId, Op, acquire, acquired, check_fencing, heartbeat, release, snapshot_and_purge,
+    until,
+};
 
 const IDS: [NodeId; 3] = [1, 2, 3];
 
@@ -72,17 +75,7 @@ async fn a_node_restarted_from_its_snapshot_catches_up_from_the_leaders() {
     let leader = cluster.leader(&IDS).await;
     cluster.settle(leader, &IDS).await;
     // The follower snapshots and purges all it has.
-    let index = cluster.nodes[&follower].state.last_applied_index();
-    cluster.nodes[&follower]
-        .raft
-        .trigger()
-        .snapshot()
-        .await
-        .unwrap();
-    let covered = |m: &openraft::RaftMetrics<_>| {
-        m.snapshot.map(|id| id.index) >= index && m.purged.map(|id| id.index) >= index
-    };
-    until(&cluster, follower, covered).await;
+    let index = snapshot_and_purge(&cluster, follower).await;
     let before = cluster.state_of(follower);
     cluster.stop(follower).await;
 
@@ -97,17 +90,7 @@ async fn a_node_restarted_from_its_snapshot_catches_up_from_the_leaders() {
     cluster.write(&rest, vec![data, release(&leases[1])]).await;
     cluster.write(&rest, vec![acquire("d", "w", 10.0)]).await;
     let leader = cluster.leader(&rest).await;
-    let newer = cluster.nodes[&leader].state.last_applied_index();
-    cluster.nodes[&leader]
-        .raft
-        .trigger()
-        .snapshot()
-        .await
-        .unwrap();
-    let purged = |m: &openraft::RaftMetrics<_>| {
-        m.snapshot.map(|id| id.index) >= newer && m.purged.map(|id| id.index) >= newer
-    };
-    until(&cluster, leader, purged).await;
+    let newer = snapshot_and_purge(&cluster, leader).await;
 
     // It starts from its own snapshot (the registry it saved, no log)
     // before it hears from anyone.
@@ -115,6 +98,9 @@ async fn a_node_restarted_from_its_snapshot_catches_up_from_the_leaders() {
     cluster.start_node(follower).await;
     assert!(cluster.nodes[&follower].state.last_applied_index() >= index);
     assert_eq!(cluster.state_of(follower), before);
+    let covered = |m: &openraft::RaftMetrics<_>| {
+        m.snapshot.map(|id| id.index) >= index && m.purged.map(|id| id.index) >= index
+    };
     until(&cluster, follower, covered).await;
     cluster.router.heal();
     // The leader no longer has the entries the follower missed: it is sent the
