@@ -114,7 +114,6 @@ declare -A PORT_OF=([always]=$PORT [everysec]=$((PORT + 4)))
 # The processes whose CPU time a target's runs are charged: the single
 # node, or all three of the cluster's nodes.
 declare -A PIDS_OF=()
-CLOCK_TICKS=$(getconf CLK_TCK)
 
 # start_cluster: three nodes on ports PORT+1..PORT+3, each with a
 # directory of its own, all stopped on exit.
@@ -175,19 +174,6 @@ wait_leader() {
     PORT_OF[leader]=$leader
     PORT_OF[follower]=$follower
     LEADER=$leader
-}
-
-# The CPU time, user and system, in clock ticks, the processes $@ have
-# used so far.
-cpu_ticks() {
-    local pid total=0 fields
-    for pid in "$@"; do
-        read -ra fields <"/proc/$pid/stat"
-        # utime and stime are fields 14 and 15; the command name (field 2)
-        # is leased's, with no spaces.
-        total=$((total + fields[13] + fields[14]))
-    done
-    printf '%s\n' "$total"
 }
 
 # One redis-benchmark run against port $1 with pipeline $2 and the command
