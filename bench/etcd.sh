@@ -12,7 +12,8 @@
 #   --repeat R           runs per operation and system (2); each run of an
 #                        operation goes to etcd then leased, so both see
 #                        the same machine. Every run is printed; the
-#                        ratios are of the medians (the lower run of two)
+#                        ratios are of the medians (the lower run of two).
+#                        0: failover runs only
 #   --failovers F        failover runs per system and client timeout (1),
 #                        alternating; 0: none
 #   --failover-duration S  seconds of acquires per failover run (10), the
@@ -109,7 +110,7 @@ for op in "${OP_LIST[@]}"; do
     [[ $op =~ ^(acquire|heartbeat|heartbeat-stream|validate)$ ]] || die "unknown operation $op"
 done
 IFS=, read -ra FAILOVER_TIMEOUT_LIST <<<"$FAILOVER_TIMEOUTS"
-[[ $CLIENTS =~ ^[1-9][0-9]*$ && $REPEAT =~ ^[1-9][0-9]*$ && $FAILOVERS =~ ^[0-9]+$ &&
+[[ $CLIENTS =~ ^[1-9][0-9]*$ && $REPEAT =~ ^[0-9]+$ && $FAILOVERS =~ ^[0-9]+$ &&
     $PORT =~ ^[1-9][0-9]*$ && $CHANNELS =~ ^[1-9][0-9]*$ ]] ||
     die "-c, --repeat, --failovers, --port and --etcd-channels take integers"
 for seconds in "$DURATION" "$FAILOVER_DURATION" "$TIMEOUT" "${FAILOVER_TIMEOUT_LIST[@]}"; do
@@ -331,23 +332,26 @@ joined() {
 }
 
 printf '\n%s\n' "$SETUP"
-printf '# %s s per run, %s run(s) per cell, in the order run; ratio of the medians\n\n' \
-    "$DURATION" "$REPEAT"
-printf '| operation | etcd req/s | leased req/s | leased/etcd | etcd p50 ms | leased p50 ms |'
-printf ' etcd p99 ms | leased p99 ms | etcd max ms | leased max ms | etcd CPU µs/req | leased CPU µs/req |\n'
-printf '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
-for op in "${OP_LIST[@]}"; do
-    ratio=$(awk -v a="$(field leased "$op" 7 | median)" -v b="$(field etcd "$op" 7 | median)" \
-        'BEGIN { printf "%.1f", b ? a / b : 0 }')
-    printf '| %s | %s | %s | %s |' "$op" "$(field etcd "$op" 7 | joined)" \
-        "$(field leased "$op" 7 | joined)" "$ratio"
-    for n in 8 9 10 11; do
-        printf ' %s | %s |' "$(field etcd "$op" "$n" | joined)" "$(field leased "$op" "$n" | joined)"
+errors=0
+if ((REPEAT)); then
+    printf '# %s s per run, %s run(s) per cell, in the order run; ratio of the medians\n\n' \
+        "$DURATION" "$REPEAT"
+    printf '| operation | etcd req/s | leased req/s | leased/etcd | etcd p50 ms | leased p50 ms |'
+    printf ' etcd p99 ms | leased p99 ms | etcd max ms | leased max ms | etcd CPU µs/req | leased CPU µs/req |\n'
+    printf '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
+    for op in "${OP_LIST[@]}"; do
+        ratio=$(awk -v a="$(field leased "$op" 7 | median)" -v b="$(field etcd "$op" 7 | median)" \
+            'BEGIN { printf "%.1f", b ? a / b : 0 }')
+        printf '| %s | %s | %s | %s |' "$op" "$(field etcd "$op" 7 | joined)" \
+            "$(field leased "$op" 7 | joined)" "$ratio"
+        for n in 8 9 10 11; do
+            printf ' %s | %s |' "$(field etcd "$op" "$n" | joined)" "$(field leased "$op" "$n" | joined)"
+        done
+        printf '\n'
     done
-    printf '\n'
-done
-errors=$(awk -F, '{ e += $5 } END { print e + 0 }' "$RUNS")
-printf '\nFailed requests in these runs: %s\n' "$errors"
+    errors=$(awk -F, '{ e += $5 } END { print e + 0 }' "$RUNS")
+    printf '\nFailed requests in these runs: %s\n' "$errors"
+fi
 
 if ((FAILOVERS)); then
     printf '\nFailover: kill -9 of the leader %s s into %s s of acquires, window per client from the kill\n' \
@@ -357,6 +361,23 @@ if ((FAILOVERS)); then
     printf '|---|---:|---:|---:|---:|---:|---:|---:|---:|\n'
     awk -F, '{ printf "| %s | %s s | %d | %s | %s | %s | %s | %s | %s |\n",
         $1, $11, $6 + 1, $4, $5, $7, $8, $9, $10 }' "$FAILOVERS_CSV"
+    printf '\nPer system and timeout: the median window of each run, sorted, and the longest window (ms)\n\n'
+    printf '| system | request timeout | runs | medians | longest |\n|---|---:|---:|---|---:|\n'
+    for timeout in "${FAILOVER_TIMEOUT_LIST[@]}"; do
+        for system in etcd leased; do
+            awk -F, -v s="$system" -v t="$timeout" '$1 == s && $11 == t {
+                    n++; m[n] = $8; if ($9 + 0 > longest) longest = $9 + 0 }
+                function key(v) { return v == "-" ? 1e18 : v + 0 }
+                END {
+                    # "-" (no client recovered in that run) sorts last.
+                    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++)
+                        if (key(m[j]) < key(m[i])) { x = m[i]; m[i] = m[j]; m[j] = x }
+                    printf "| %s | %s s | %d | ", s, t, n
+                    for (i = 1; i <= n; i++) printf "%s%s", (i > 1 ? ", " : ""), m[i]
+                    printf " | %d |\n", longest
+                }' "$FAILOVERS_CSV"
+        done
+    done
 fi
 
 if ((STRICT)); then
