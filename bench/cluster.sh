@@ -28,6 +28,9 @@
 #   --no-build          use target/release/leased as it is
 #   --leased BIN        measure this leased binary (implies --no-build)
 #   --raw FILE          also write every run as CSV to FILE
+#   --etcd [OPTIONS]    instead, the cluster against a three-node etcd:
+#                       runs bench/etcd.sh with the options that follow
+#                       (bench/etcd.sh --help lists them)
 #
 # The cluster runs with its defaults: the Raft log fsynced before a write
 # is acknowledged (group commit), 100 ms heartbeats. Every server gets a
@@ -81,6 +84,7 @@ while (($#)); do
     --no-build) BUILD=0; shift ;;
     --leased) LEASED_BIN=$2; BUILD=0; shift 2 ;;
     --raw) RAW=$2; shift 2 ;;
+    --etcd) shift; exec "$BENCH_DIR/etcd.sh" "$@" ;;
     -h | --help) usage; exit 0 ;;
     *) usage >&2; die "unknown option $1" ;;
     esac
