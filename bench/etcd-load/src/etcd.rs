@@ -194,9 +194,3 @@ impl Etcd {
         Err("no etcd endpoint says it leads".into())
     }
 }
-
-impl Held {
-    pub fn token(&self) -> i64 {
-        self.token
-    }
-}

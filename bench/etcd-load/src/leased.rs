@@ -126,9 +126,3 @@ impl Leased {
         Err("no leased node says it is the master".into())
     }
 }
-
-impl Held {
-    pub fn token(&self) -> i64 {
-        self.token
-    }
-}
