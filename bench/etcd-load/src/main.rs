@@ -55,6 +55,7 @@
 //! stderr, with the time since the start, and the kill's).
 
 mod etcd;
+mod failover;
 mod leased;
 mod stats;
 
@@ -418,80 +419,6 @@ async fn phase(
     Ok((clients, all.summary(last - start), attempts))
 }
 
-/// Finds the leader and kills it at `at`; returns when, and which.
-async fn kill_leader(options: &Options, at: Instant) -> Result<(Instant, usize), Error> {
-    tokio::time::sleep_until(at.into()).await;
-    let leader = if options.system == "etcd" {
-        etcd::Etcd::leader(&options.endpoints).await?
-    } else {
-        leased::Leased::leader(&options.endpoints).await?
-    };
-    let killed = Instant::now();
-    if options.trace {
-        eprintln!(
-            "{} ms: killing node {leader}",
-            (killed - at).as_millis() + options.kill_after.as_millis()
-        );
-    }
-    // SAFETY: kill(2) with a pid given on the command line and a constant
-    // signal; no memory is shared.
-    if unsafe { libc::kill(options.pids[leader], libc::SIGKILL) } != 0 {
-        return Err(format!(
-            "kill {}: {}",
-            options.pids[leader],
-            std::io::Error::last_os_error()
-        )
-        .into());
-    }
-    Ok((killed, leader))
-}
-
-/// A client's window: from the kill to the reply of its first successful
-/// acquire sent after the kill and after its last failure (None if it had
-/// none by the end).
-fn window(attempts: &Attempts, killed: Instant) -> Option<Duration> {
-    let last_failure = attempts
-        .iter()
-        .filter(|(_, _, ok)| !ok)
-        .map(|&(_, answered, _)| answered)
-        .max()
-        .unwrap_or(killed)
-        .max(killed);
-    attempts
-        .iter()
-        .find(|&&(sent, _, ok)| ok && sent >= last_failure)
-        .map(|&(_, answered, _)| answered - killed)
-}
-
-async fn failover(clients: Vec<Client>, options: Arc<Options>) -> Result<(), Error> {
-    // The leader is looked up at the kill, so the one killed is the
-    // leader of the moment.
-    let kill_at = Instant::now() + Duration::from_millis(100) + options.kill_after;
-    let killer = {
-        let options = options.clone();
-        tokio::spawn(async move { kill_leader(&options, kill_at).await })
-    };
-    let (_, summary, attempts) = phase(clients, Op::Acquire, &options).await?;
-    let (killed, leader) = killer.await??;
-    let mut windows: Vec<Duration> = attempts.iter().filter_map(|a| window(a, killed)).collect();
-    windows.sort();
-    let unrecovered = attempts.len() - windows.len();
-    let ms = |d: Option<&Duration>| d.map_or("-".to_owned(), |d| d.as_millis().to_string());
-    println!(
-        "{},failover,{},{},{},{},{},{},{},{}",
-        options.system,
-        options.clients,
-        summary.requests,
-        summary.errors,
-        leader,
-        ms(windows.first()),
-        ms(windows.get(windows.len().saturating_sub(1) / 2)),
-        ms(windows.last()),
-        unrecovered
-    );
-    Ok(())
-}
-
 #[tokio::main]
 async fn main() {
     if let Err(e) = run().await {
@@ -504,7 +431,7 @@ async fn run() -> Result<(), Error> {
     let options = Arc::new(parse_options()?);
     let mut clients = connect(&options).await?;
     if options.failover {
-        return failover(clients, options).await;
+        return failover::run(clients, options).await;
     }
     for &op in &options.ops {
         let (next, summary, _) = phase(clients, op, &options).await?;
@@ -524,46 +451,4 @@ async fn run() -> Result<(), Error> {
         );
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_window_ends_at_the_first_success_after_the_last_failure() {
-        let t0 = Instant::now();
-        let at = |ms| t0 + Duration::from_millis(ms);
-        let killed = at(100);
-        let attempts = vec![
-            (at(90), at(95), true),
-            // In flight at the kill, answered after it: not counted.
-            (at(95), at(110), true),
-            (at(110), at(120), false),
-            (at(130), at(900), true),
-            (at(900), at(950), false),
-            (at(960), at(1200), true),
-            (at(1200), at(1210), true),
-        ];
-        assert_eq!(window(&attempts, killed), Some(Duration::from_millis(1100)));
-    }
-
-    #[test]
-    fn a_stall_without_failure_counts_from_the_kill() {
-        let t0 = Instant::now();
-        let at = |ms| t0 + Duration::from_millis(ms);
-        let attempts = vec![(at(90), at(2000), true), (at(2000), at(2005), true)];
-        assert_eq!(
-            window(&attempts, at(100)),
-            Some(Duration::from_millis(1905))
-        );
-    }
-
-    #[test]
-    fn no_success_after_the_last_failure_is_no_window() {
-        let t0 = Instant::now();
-        let at = |ms| t0 + Duration::from_millis(ms);
-        let attempts = vec![(at(110), at(120), true), (at(130), at(140), false)];
-        assert_eq!(window(&attempts, at(100)), None);
-    }
 }
