@@ -4,6 +4,7 @@
 //! ([`restart`]).
 
 mod restart;
+mod snapshot;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
