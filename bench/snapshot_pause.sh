@@ -34,7 +34,7 @@ while (($#)); do
 done
 
 ensure_redis
-PAUSE_BIN="$ROOT/target/release/examples/snapshot_pause"
+PAUSE_BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/snapshot_pause"
 if ((BUILD)); then
     build_leased
 fi
@@ -72,4 +72,9 @@ printf '# %s, %s leases, %s probes\n' "$("$LEASED_BIN" --version 2>/dev/null | h
 for i in 1 2 3; do
     printf 'node %s: used_memory_human %s\n' "$i" \
         "$(redis-cli -p $((PORT + i)) INFO memory | tr -d '\r' | awk -F: '$1 == "used_memory_human" { print $2 }')"
+done
+# What each node's builds logged (the lock held per step, with a build
+# that logs it).
+for i in 1 2 3; do
+    grep -h "walked in" "$WORK/node-$i/leased.log" | tail -n 2 | sed "s/^/node $i: /" || true
 done

@@ -141,10 +141,15 @@ async fn load(
                 .arg("TTL")
                 .arg(86_400);
         }
-        let replies: Vec<Value> = pipe.query_async(con).await?;
-        refused += (replies.iter())
-            .filter(|reply| matches!(reply, Value::Nil | Value::ServerError(_)))
-            .count();
+        match pipe.query_async::<Vec<Value>>(con).await {
+            Ok(replies) => {
+                refused += (replies.iter())
+                    .filter(|reply| matches!(reply, Value::Nil | Value::ServerError(_)))
+                    .count()
+            }
+            Err(error) if lost(&error) => return Err(error.into()),
+            Err(_) => refused += end - next,
+        }
         next = end;
     }
     Ok(refused)
@@ -169,15 +174,41 @@ async fn probe(
             None => redis::cmd("PING"),
         };
         let sent = Instant::now();
-        let reply: Value = command.query_async(&mut con).await?;
+        let reply = command.query_async::<Value>(&mut con).await;
         samples.push(Sample {
             sent: sent - epoch,
             latency: sent.elapsed(),
-            refused: matches!(reply, Value::Nil | Value::ServerError(_)),
+            refused: refused(reply)?,
         });
         i += 1;
     }
     Ok(samples)
+}
+
+/// Whether a reply is a refusal (nil or an error: `-TRYAGAIN`,
+/// `-UNCERTAIN`); fails if the connection is gone.
+fn refused(reply: redis::RedisResult<Value>) -> Result<bool, Error> {
+    match reply {
+        Ok(reply) => Ok(matches!(reply, Value::Nil | Value::ServerError(_))),
+        Err(error) if lost(&error) => Err(error.into()),
+        Err(_) => Ok(true),
+    }
+}
+
+fn lost(error: &redis::RedisError) -> bool {
+    error.is_io_error() || error.is_connection_dropped() || error.is_connection_refusal()
+}
+
+/// `DBSIZE` through the log, tried again while it is refused.
+async fn dbsize(con: &mut MultiplexedConnection) -> Result<i64, Error> {
+    for _ in 0..30 {
+        match redis::cmd("DBSIZE").query_async::<i64>(con).await {
+            Ok(size) => return Ok(size),
+            Err(error) if lost(&error) => return Err(error.into()),
+            Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    }
+    Err("DBSIZE refused for 30 s".into())
 }
 
 fn modified(dir: &std::path::Path) -> Option<SystemTime> {
@@ -242,7 +273,7 @@ async fn main() -> Result<(), Error> {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let at = leader(&clients).await?;
     let mut con = connect(&clients[at]).await?;
-    let leases: i64 = redis::cmd("DBSIZE").query_async(&mut con).await?;
+    let leases = dbsize(&mut con).await?;
     let mut terms = Vec::new();
     for client in &clients {
         terms.push(term_and_leader(&mut connect(client).await?).await?);

@@ -23,12 +23,14 @@
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
 use openraft::alias::{EntryOf, LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
 use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
+use tracing::info;
 
 use super::disk::{self, OpenError};
 use super::snapshot_file::{self, Meta, Writer};
@@ -257,6 +259,10 @@ impl StateMachine {
     ) -> io::Result<Option<(Meta, Vec<BytesMut>)>> {
         let mut pieces = vec![head];
         let mut changes = Vec::new();
+        let started = Instant::now();
+        // The longest the lock was held by one step: what the build cost
+        // the node's applying at most.
+        let mut longest = Duration::ZERO;
         loop {
             if let Some(writer) = writer.as_deref_mut() {
                 writer.data(pieces.last().expect("the head at least"))?;
@@ -266,6 +272,7 @@ impl StateMachine {
             std::thread::yield_now();
             let mut piece = BytesMut::new();
             let mut replica = self.lock();
+            let locked = Instant::now();
             if replica.installs != installs {
                 return Ok(None);
             }
@@ -273,6 +280,7 @@ impl StateMachine {
             changes.push(snapshot_walk::take_changes(&mut replica.registry));
             if more {
                 drop(replica);
+                longest = longest.max(locked.elapsed());
                 pieces.push(piece);
                 continue;
             }
@@ -282,7 +290,21 @@ impl StateMachine {
                 last_membership: replica.membership.clone(),
             };
             drop(replica);
+            longest = longest.max(locked.elapsed());
             pieces.push(piece);
+            info!(
+                "Snapshot up to log index {} walked in {} steps, {:.3} s: {} bytes; one step \
+                 held the state machine's lock {:.3} ms at most",
+                meta.last_log_id.map_or(0, |id| id.index),
+                pieces.len() - 1,
+                started.elapsed().as_secs_f64(),
+                pieces
+                    .iter()
+                    .chain(&changes)
+                    .map(|piece| piece.len())
+                    .sum::<usize>(),
+                longest.as_secs_f64() * 1000.0
+            );
             let walked = pieces.len() - 1;
             pieces.extend(changes);
             if let Some(writer) = writer {
