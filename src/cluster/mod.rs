@@ -8,9 +8,10 @@
 //! No replica reads a clock while applying, so all of them give the same
 //! outcomes and reach the same state, fencing tokens included.
 //!
-//! The parts: the types ([`types`]); the state machine and its snapshots
-//! and the log ([`log_store`]), durable under a node's `dir/raft/`
-//! ([`disk`], [`snapshot_file`]) or in memory; a node that writes through
+//! The parts: the types ([`types`]); the state machine, its snapshots
+//! (built a step at a time, [`snapshot_walk`]) and the log
+//! ([`log_store`]), durable under a node's `dir/raft/` ([`disk`],
+//! [`snapshot_file`]) or in memory; a node that writes through
 //! its Raft ([`node`]) with the leader's stamps ([`stamp`]); the node bus
 //! ([`bus`]: TCP between nodes for openraft's RPCs and forwarded
 //! commands); the core task connections talk to ([`core`]); the start of
@@ -28,6 +29,7 @@ pub mod node;
 pub mod serve;
 pub mod skew;
 pub mod snapshot_file;
+pub mod snapshot_walk;
 pub mod stamp;
 pub mod start;
 pub mod state_machine;

@@ -6,10 +6,14 @@
 //! the same state without reading a clock. A [`Tick`] moves registry time
 //! to its stamp and reclaims a bounded number of leases ([`Op::Reclaim`]).
 //!
-//! A snapshot is the append-only log's own snapshot format (what a rewrite
-//! writes): the header, the last token and registry time, then every
-//! lease's and run's changes. Installing one replays it into a fresh
-//! registry, as loading the log at start-up does.
+//! A snapshot ([`super::snapshot_walk`]) is built a step at a time on a
+//! thread of its own: no step holds the replica's lock for more than a
+//! fraction of a millisecond, so entries go on being applied (and the node
+//! answering) while it is built. Each step's records go to the snapshot's
+//! file as they come ([`snapshot_file::Writer`]); the changes applied
+//! meanwhile follow the walk, and the snapshot's last log id is the entry
+//! applied when the last of them was taken. Installing one replays it into
+//! a fresh registry off the lock, then swaps it in.
 //!
 //! A state machine opened on a directory ([`StateMachine::open`]) saves
 //! every snapshot it builds or installs there before reporting it done
@@ -19,25 +23,26 @@
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
-use openraft::alias::{LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
+use openraft::alias::{EntryOf, LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
 use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
+use tracing::info;
 
 use super::disk::{self, OpenError};
-use super::snapshot_file::{self, Meta};
+use super::snapshot_file::{self, Meta, Writer};
+use super::snapshot_walk::{self, Walk};
 use super::types::{Batch, Command, Tick, TypeConfig};
-use crate::aof::format::{self, HEADER};
-use crate::registry::{Change, Op, Outcome, Registry};
+use crate::registry::{Op, Outcome, Registry};
+
+pub use super::snapshot_walk::{decode_into, encode_registry};
 
 /// Makes the empty registry a snapshot is installed into: the node's
 /// settings (default TTL, retention, history length), no leases.
 pub type MakeRegistry = Arc<dyn Fn() -> Registry + Send + Sync>;
-
-/// Slots (and runs) the snapshot walk visits per step.
-const WALK: usize = 1024;
 
 /// Applies a batch's ops in order at its stamp.
 pub fn apply_batch(registry: &mut Registry, batch: &Batch) -> Vec<Outcome> {
@@ -54,49 +59,6 @@ pub fn apply_tick(registry: &mut Registry, tick: Tick) -> Vec<Outcome> {
     vec![registry.apply(&Op::Reclaim { max: tick.reclaim }, tick.time)]
 }
 
-/// The registry's whole state in the append-only log's format.
-pub fn encode_registry(registry: &Registry) -> Bytes {
-    let mut out = BytesMut::from(HEADER);
-    format::encode(&Change::LastToken(registry.last_token()), &mut out);
-    if registry.time().is_finite() {
-        format::encode(&Change::Time(registry.time()), &mut out);
-    }
-    let mut from = Some(0);
-    while let Some(slot) = from {
-        from = registry.snapshot(slot, WALK, |lease| {
-            for change in lease.to_changes() {
-                format::encode(&change, &mut out);
-            }
-        });
-    }
-    let mut after: Option<Bytes> = None;
-    loop {
-        let next = registry.snapshot_runs(after.as_deref(), WALK, |run| {
-            for change in run.to_changes() {
-                format::encode(&change, &mut out);
-            }
-        });
-        match next {
-            Some(run) => after = Some(run),
-            None => break,
-        }
-    }
-    out.freeze()
-}
-
-/// Replays an encoded state into `registry` (a fresh one).
-pub fn decode_into(registry: &mut Registry, bytes: &[u8]) -> Result<(), io::Error> {
-    let replayed = format::replay(bytes, |change| registry.replay(change))
-        .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error.to_string()))?;
-    match replayed.torn_at {
-        Some(offset) => Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("snapshot cut short at byte {offset}"),
-        )),
-        None => Ok(()),
-    }
-}
-
 /// What the state machine holds; [`StateMachine`] and its snapshot
 /// builders share it.
 pub struct Replica {
@@ -109,6 +71,9 @@ pub struct Replica {
     /// events while it has subscribers and publishes those of the entries
     /// it applies (what it does is no part of the replicated state).
     on_applied: Option<OnApplied>,
+    /// Snapshots installed: a build walking the registry an install
+    /// replaced starts again on the new one.
+    installs: u64,
 }
 
 /// What a node does after applying an entry, with its registry.
@@ -132,7 +97,22 @@ impl Disk {
         *saved = meta.last_log_id;
         Ok(())
     }
+
+    /// Puts a build's file in the snapshot's place, unless a newer one
+    /// was saved meanwhile.
+    fn finish(&self, writer: Writer, meta: &Meta) -> io::Result<()> {
+        let mut saved = self.saved.lock().expect("snapshot save lock");
+        if *saved > meta.last_log_id {
+            writer.abandon();
+            return Ok(());
+        }
+        writer.finish(meta)?;
+        *saved = meta.last_log_id;
+        Ok(())
+    }
 }
+
+type Snapshot = SnapshotOf<TypeConfig, Bytes>;
 
 /// A node's state machine; clones share it, so the node (and a test) can
 /// read the registry openraft applies to.
@@ -141,6 +121,8 @@ pub struct StateMachine {
     replica: Arc<Mutex<Replica>>,
     /// `None` in memory: snapshots are lost with the process.
     disk: Option<Arc<Disk>>,
+    /// Held by the build under way: one at a time.
+    building: Arc<Mutex<()>>,
 }
 
 impl StateMachine {
@@ -154,8 +136,10 @@ impl StateMachine {
                 current: None,
                 make,
                 on_applied: None,
+                installs: 0,
             })),
             disk: None,
+            building: Arc::new(Mutex::new(())),
         }
     }
 
@@ -206,14 +190,165 @@ impl StateMachine {
         self.lock().last_applied.map(|id| id.index)
     }
 
-    fn snapshot_now(&self) -> SnapshotOf<TypeConfig, Bytes> {
-        let replica = self.lock();
-        SnapshotOf::<TypeConfig, Bytes> {
-            meta: SnapshotMetaOf::<TypeConfig> {
+    /// Builds a snapshot a step at a time (blocking: run it on a thread
+    /// of its own).
+    pub fn build(&self) -> io::Result<Snapshot> {
+        self.build_stepping(|| {})
+    }
+
+    /// [`StateMachine::build`], calling `between` between two steps (with
+    /// the lock free: a test applies entries there).
+    pub fn build_stepping(&self, mut between: impl FnMut()) -> io::Result<Snapshot> {
+        let _one = self.building.lock().expect("snapshot build lock");
+        loop {
+            if let Some(snapshot) = self.try_build(&mut between)? {
+                return Ok(snapshot);
+            }
+            // An install replaced the registry mid-walk: walk the new one.
+        }
+    }
+
+    /// One build: `None` if an installed snapshot replaced the registry
+    /// meanwhile.
+    fn try_build(&self, between: &mut impl FnMut()) -> io::Result<Option<Snapshot>> {
+        let mut writer = match &self.disk {
+            Some(disk) => Some(Writer::build(&disk.raft)?),
+            None => None,
+        };
+        let (installs, head, walk) = {
+            let mut replica = self.lock();
+            let mut head = BytesMut::new();
+            snapshot_walk::head(&replica.registry, &mut head);
+            replica.registry.set_recording(true);
+            (replica.installs, head, Walk::new(&replica.registry))
+        };
+        let walked = self.walk(installs, head, walk, writer.as_mut(), between);
+        if !matches!(walked, Ok(Some(_))) {
+            let mut replica = self.lock();
+            if replica.installs == installs {
+                replica.registry.set_recording(false);
+            }
+            drop(replica);
+            if let Some(writer) = writer.take() {
+                writer.abandon();
+            }
+        }
+        let Some((meta, pieces)) = walked? else {
+            return Ok(None);
+        };
+        if let (Some(disk), Some(writer)) = (&self.disk, writer) {
+            disk.finish(writer, &meta)?;
+        }
+        Ok(Some(Snapshot {
+            meta,
+            snapshot: joined(pieces),
+        }))
+    }
+
+    /// Walks the registry a step at a time, each step under the lock and
+    /// its records written to `writer` off it; then takes the changes
+    /// applied meanwhile, and the meta they bring the snapshot to. `None`
+    /// if an installed snapshot replaced the registry.
+    fn walk(
+        &self,
+        installs: u64,
+        head: BytesMut,
+        mut walk: Walk,
+        mut writer: Option<&mut Writer>,
+        between: &mut impl FnMut(),
+    ) -> io::Result<Option<(Meta, Vec<BytesMut>)>> {
+        let mut pieces = vec![head];
+        let mut changes = Vec::new();
+        let started = Instant::now();
+        // The longest the lock was held by one step: what the build cost
+        // the node's applying at most.
+        let mut longest = Duration::ZERO;
+        loop {
+            if let Some(writer) = writer.as_deref_mut() {
+                writer.data(pieces.last().expect("the head at least"))?;
+            }
+            between();
+            // Whoever waits for the lock gets it before the next step.
+            std::thread::yield_now();
+            let mut piece = BytesMut::new();
+            let mut replica = self.lock();
+            let locked = Instant::now();
+            if replica.installs != installs {
+                return Ok(None);
+            }
+            let more = walk.step(&replica.registry, &mut piece);
+            changes.push(snapshot_walk::take_changes(&mut replica.registry));
+            if more {
+                drop(replica);
+                longest = longest.max(locked.elapsed());
+                pieces.push(piece);
+                continue;
+            }
+            replica.registry.set_recording(false);
+            let meta = Meta {
                 last_log_id: replica.last_applied,
                 last_membership: replica.membership.clone(),
-            },
-            snapshot: encode_registry(&replica.registry),
+            };
+            drop(replica);
+            longest = longest.max(locked.elapsed());
+            pieces.push(piece);
+            info!(
+                "Snapshot up to log index {} walked in {} steps, {:.3} s: {} bytes; one step \
+                 held the state machine's lock {:.3} ms at most",
+                meta.last_log_id.map_or(0, |id| id.index),
+                pieces.len() - 1,
+                started.elapsed().as_secs_f64(),
+                pieces
+                    .iter()
+                    .chain(&changes)
+                    .map(|piece| piece.len())
+                    .sum::<usize>(),
+                longest.as_secs_f64() * 1000.0
+            );
+            let walked = pieces.len() - 1;
+            pieces.extend(changes);
+            if let Some(writer) = writer {
+                for piece in &pieces[walked..] {
+                    writer.data(piece)?;
+                }
+            }
+            return Ok(Some((meta, pieces)));
+        }
+    }
+
+    /// Applies one committed entry; its outcomes.
+    pub fn apply_entry(&self, entry: EntryOf<TypeConfig>) -> Vec<Outcome> {
+        let mut replica = self.lock();
+        replica.last_applied = Some(entry.log_id);
+        // Before too: a subscriber who arrived since the last entry turns
+        // events on for this one.
+        if let Some(on_applied) = replica.on_applied.clone() {
+            on_applied(&mut replica.registry);
+        }
+        let outcomes = match entry.payload {
+            EntryPayload::Blank => Vec::new(),
+            EntryPayload::Normal(Command::Batch(batch)) => {
+                apply_batch(&mut replica.registry, &batch)
+            }
+            EntryPayload::Normal(Command::Tick(tick)) => apply_tick(&mut replica.registry, tick),
+            EntryPayload::Membership(membership) => {
+                replica.membership =
+                    StoredMembershipOf::<TypeConfig>::new(Some(entry.log_id), membership);
+                Vec::new()
+            }
+        };
+        if let Some(on_applied) = replica.on_applied.clone() {
+            on_applied(&mut replica.registry);
+        }
+        outcomes
+    }
+
+    /// Makes `snapshot` the current one unless a newer one already is.
+    fn make_current(&self, snapshot: &Snapshot) {
+        let mut replica = self.lock();
+        let superseded = |current: &Snapshot| current.meta.last_log_id <= snapshot.meta.last_log_id;
+        if replica.current.as_ref().is_none_or(superseded) {
+            replica.current = Some(snapshot.clone());
         }
     }
 
@@ -228,25 +363,32 @@ impl StateMachine {
                 .await
                 .map_err(io::Error::other)??;
         }
-        let mut replica = self.lock();
-        let superseded = |current: &SnapshotOf<TypeConfig, Bytes>| {
-            current.meta.last_log_id <= snapshot.meta.last_log_id
-        };
-        if replica.current.as_ref().is_none_or(superseded) {
-            replica.current = Some(snapshot.clone());
-        }
+        self.make_current(snapshot);
         Ok(())
     }
+}
+
+/// A snapshot's pieces as one buffer.
+fn joined(pieces: Vec<BytesMut>) -> Bytes {
+    let mut data = BytesMut::with_capacity(pieces.iter().map(|piece| piece.len()).sum());
+    for piece in pieces {
+        data.extend_from_slice(&piece);
+    }
+    data.freeze()
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     type SnapshotData = Bytes;
 
-    /// Reported built only once saved: openraft then purges the log it
+    /// Built on a thread of its own ([`StateMachine::build`]), and
+    /// reported built only once saved: openraft then purges the log it
     /// covers.
     async fn build_snapshot(&mut self) -> Result<SnapshotOf<TypeConfig, Bytes>, io::Error> {
-        let snapshot = self.snapshot_now();
-        self.keep(&snapshot).await?;
+        let machine = self.clone();
+        let snapshot = tokio::task::spawn_blocking(move || machine.build())
+            .await
+            .map_err(io::Error::other)??;
+        self.make_current(&snapshot);
         Ok(snapshot)
     }
 }
@@ -268,33 +410,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     {
         while let Some(next) = entries.next().await {
             let (entry, responder) = next?;
-            let outcomes = {
-                let mut replica = self.lock();
-                replica.last_applied = Some(entry.log_id);
-                // Before too: a subscriber who arrived since the last entry
-                // turns events on for this one.
-                if let Some(on_applied) = replica.on_applied.clone() {
-                    on_applied(&mut replica.registry);
-                }
-                let outcomes = match entry.payload {
-                    EntryPayload::Blank => Vec::new(),
-                    EntryPayload::Normal(Command::Batch(batch)) => {
-                        apply_batch(&mut replica.registry, &batch)
-                    }
-                    EntryPayload::Normal(Command::Tick(tick)) => {
-                        apply_tick(&mut replica.registry, tick)
-                    }
-                    EntryPayload::Membership(membership) => {
-                        replica.membership =
-                            StoredMembershipOf::<TypeConfig>::new(Some(entry.log_id), membership);
-                        Vec::new()
-                    }
-                };
-                if let Some(on_applied) = replica.on_applied.clone() {
-                    on_applied(&mut replica.registry);
-                }
-                outcomes
-            };
+            let outcomes = self.apply_entry(entry);
             if let Some(responder) = responder {
                 responder.send(outcomes);
             }
@@ -312,8 +428,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Bytes,
     ) -> Result<(), io::Error> {
         let make = self.lock().make.clone();
-        let mut registry = make();
-        decode_into(&mut registry, &snapshot)?;
+        let data = snapshot.clone();
+        // Replayed off the runtime's threads and off the lock: the node
+        // goes on answering meanwhile.
+        let registry = tokio::task::spawn_blocking(move || {
+            let mut registry = make();
+            decode_into(&mut registry, &data).map(|()| registry)
+        })
+        .await
+        .map_err(io::Error::other)??;
         let snapshot = SnapshotOf::<TypeConfig, Bytes> {
             meta: meta.clone(),
             snapshot,
@@ -321,10 +444,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // Saved before it takes effect: openraft purges the log it covers
         // once this returns.
         self.keep(&snapshot).await?;
-        let mut replica = self.lock();
-        replica.registry = registry;
-        replica.last_applied = meta.last_log_id;
-        replica.membership = meta.last_membership.clone();
+        let old = {
+            let mut replica = self.lock();
+            replica.installs += 1;
+            replica.last_applied = meta.last_log_id;
+            replica.membership = meta.last_membership.clone();
+            std::mem::replace(&mut replica.registry, registry)
+        };
+        // Freeing a large registry takes milliseconds: not under the lock.
+        tokio::task::spawn_blocking(move || drop(old));
         Ok(())
     }
 

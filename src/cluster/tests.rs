@@ -1,9 +1,11 @@
 //! Three nodes in one process: elections, writes through the leader,
 //! replicas that agree with a single registry, and failover that keeps
 //! fencing tokens growing; nodes restarted from their directories
-//! ([`restart`]).
+//! ([`restart`]); snapshots built in steps while entries are applied,
+//! installed and started from ([`snapshot`]).
 
 mod restart;
+mod snapshot;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

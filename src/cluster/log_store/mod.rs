@@ -223,11 +223,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogIdOf<TypeConfig>) -> Result<(), io::Error> {
-        {
+        let purged = {
             let mut log = self.log();
-            log.entries = log.entries.split_off(&(log_id.index + 1));
+            let kept = log.entries.split_off(&(log_id.index + 1));
             log.last_purged = Some(log_id);
-        }
+            std::mem::replace(&mut log.entries, kept)
+        };
+        // Freeing the entries a snapshot covers (every op of thousands of
+        // entries) took a quarter of a second after a snapshot of 1.4
+        // million leases: not on the runtime's threads.
+        tokio::task::spawn_blocking(move || drop(purged));
         self.ask(|done| Job::Purge { upto: log_id, done }).await
     }
 }
