@@ -126,6 +126,37 @@ fn a_rewrite_while_changes_go_on_keeps_every_change_and_shrinks_the_log() {
 }
 
 #[test]
+fn a_run_released_and_taken_again_during_a_rewrite_keeps_its_history() {
+    let temp = tempfile::tempdir().unwrap();
+    let (mut log, mut registry) = reopen(temp.path());
+    for i in 0..2 * REWRITE_CHUNK {
+        let run = format!("run-{i}");
+        registry
+            .acquire(run.as_bytes(), b"w", 0.0, Some(1e6))
+            .unwrap();
+    }
+    commit_changes(&mut log, &mut registry);
+    log.start_rewrite(&registry).unwrap();
+    // Before the walk reaches it: the first lease released, its run taken
+    // again, so the walk meets the new lease.
+    registry.release(b"run-0:w:1", 1);
+    registry.acquire(b"run-0", b"late", 1.0, None).unwrap();
+    commit_changes(&mut log, &mut registry);
+    loop {
+        match log.step_rewrite(&registry) {
+            RewriteStep::Idle => break,
+            RewriteStep::Waiting => std::thread::sleep(Duration::from_millis(1)),
+            RewriteStep::Progress => {}
+        }
+    }
+    block_on(log.close()).unwrap();
+    let (_, again) = reopen(temp.path());
+    let history = again.history(b"run-0", 10, 2.0);
+    assert_eq!(history, registry.history(b"run-0", 10, 2.0));
+    assert_eq!(history[1].end_name(), "released");
+}
+
+#[test]
 fn a_torn_tail_is_cut_and_corruption_stops_the_open() {
     let temp = tempfile::tempdir().unwrap();
     let (mut log, mut registry) = reopen(temp.path());
