@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use super::frame::{FrameError, MAX_FRAME, MAX_HANDSHAKE_FRAME, encode, read_frame, write_frame};
 use super::handshake::{HandshakeError, Refusal, admit, introduce, prove};
 use super::wire::{Challenge, Hello, Kind, PROTOCOL, Proof, Request, Response, Verdict};
-use super::{Bus, ForwardError, ForwardHandler, serve, serve_tls};
+use super::{Bus, ForwardError, ForwardHandler, Handlers, serve, serve_tls};
 use crate::cluster::clock_guard::Guard;
 use crate::cluster::node::{Node, Storage};
 use crate::cluster::tests::{
@@ -215,7 +215,7 @@ struct BusNode {
 
 impl BusNode {
     /// Starts node `id` serving on `listener` with the forward handler
-    /// `handler` makes for it.
+    /// `handler` makes for it (and read indexes as a node does).
     async fn start(
         id: NodeId,
         listener: TcpListener,
@@ -242,7 +242,10 @@ impl BusNode {
         .unwrap();
         let node = Arc::new(node);
         let shutdown = CancellationToken::new();
-        let handler = handler(node.clone());
+        let handler = Handlers {
+            forward: handler(node.clone()),
+            read_index: crate::cluster::reads::handler(node.clone()),
+        };
         let raft = node.raft.clone();
         // No guard runs on it: it never refuses to lead.
         let guard = Guard::new(clock.clock());
