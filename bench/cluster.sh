@@ -2,7 +2,8 @@
 # A three-node cluster against a single node: requests/s of the same
 # redis-benchmark rows on a single leased (its log on, appendfsync always,
 # and everysec), on the cluster's leader, and on a follower (which proxies
-# every lease command to the leader over the bus).
+# every lease write to the leader over the bus, and serves reads itself at
+# a read index it asks the leader for).
 #
 #   bench/cluster.sh [options]
 #

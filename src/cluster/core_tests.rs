@@ -158,6 +158,11 @@ impl Cluster {
         &self.nodes[&id].started.core
     }
 
+    /// Node `id`'s Raft and replica.
+    pub(super) fn node(&self, id: NodeId) -> &Arc<RaftNode> {
+        &self.nodes[&id].started.node
+    }
+
     /// The leader every node of `among` agrees on.
     pub(super) async fn leader(&self, among: &[NodeId]) -> NodeId {
         let agreed = async {
@@ -181,7 +186,7 @@ impl Cluster {
     /// Sends `ops` to node `id`'s core as one batch; a refusal that says
     /// the command did not happen is sent again (a leader just elected may
     /// refuse a few).
-    async fn call(&self, id: NodeId, ops: Vec<Op>) -> Vec<CoreAnswer> {
+    pub(super) async fn call(&self, id: NodeId, ops: Vec<Op>) -> Vec<CoreAnswer> {
         for _ in 0..100 {
             let commands = ops.iter().cloned().map(CoreCommand::Op).collect();
             let answers = self.core(id).call(commands).await.answers;
@@ -197,7 +202,7 @@ impl Cluster {
     }
 
     /// Waits until every node's registry has applied `last_token`.
-    async fn converge(&self, ids: &[NodeId], last_token: u64) {
+    pub(super) async fn converge(&self, ids: &[NodeId], last_token: u64) {
         let converged = async {
             while !ids.iter().all(|id| {
                 let replica = self.nodes[id].started.node.state.lock();
@@ -212,18 +217,18 @@ impl Cluster {
     }
 }
 
-fn acquire(run: &str, worker: &str) -> Op {
+pub(super) fn acquire(run: &str, worker: &str) -> Op {
     super::tests::acquire(run, worker, 30.0)
 }
 
-fn lease(answer: &CoreAnswer) -> Lease {
+pub(super) fn lease(answer: &CoreAnswer) -> Lease {
     match answer {
         CoreAnswer::Outcome(Outcome::Acquired(Some(lease))) => lease.clone(),
         other => panic!("expected a lease, got {other:?}"),
     }
 }
 
-fn flag(answer: &CoreAnswer) -> bool {
+pub(super) fn flag(answer: &CoreAnswer) -> bool {
     match answer {
         CoreAnswer::Outcome(Outcome::Flag(done)) => *done,
         other => panic!("expected a flag, got {other:?}"),

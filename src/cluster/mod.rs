@@ -45,4 +45,6 @@ mod linearizable_tests;
 #[cfg(test)]
 mod network;
 #[cfg(test)]
+mod reads_tests;
+#[cfg(test)]
 mod tests;
