@@ -449,6 +449,35 @@ async fn three_nodes_replicate_and_forward_over_tcp() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_gets_a_read_index_from_the_leader_over_tcp() {
+    let nodes = three(Some(Bytes::from_static(b"s3cret")), None).await;
+    let ids = [1, 2, 3];
+    write(&nodes, &ids, vec![acquire("a", "w1", 10.0)]).await;
+    let leader = leader(&nodes, &ids).await;
+    let written = nodes[&leader].node.state.last_applied_index();
+    let follower = *ids.iter().find(|&&id| id != leader).unwrap();
+    let other = *ids
+        .iter()
+        .find(|&&id| id != leader && id != follower)
+        .unwrap();
+
+    // The leader's read index covers the write it answered, and its
+    // stamp is its clock's.
+    let asked = nodes[&follower].bus.read_index(&nodes[&leader].addr).await;
+    let index = asked.expect("the leader gives a read index");
+    assert!(
+        Some(index.log_id.index) >= written,
+        "{index:?} before {written:?}"
+    );
+    assert!(index.time >= 1000.0, "{index:?}");
+    // A follower gives none, and says why.
+    let asked = nodes[&follower].bus.read_index(&nodes[&other].addr).await;
+    let why = asked.expect_err("a follower gives no read index");
+    assert!(why.contains("not the leader"), "{why}");
+    stop(nodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_leader_is_replaced_over_tcp() {
     let mut nodes = three(None, None).await;
     let ids = [1, 2, 3];
