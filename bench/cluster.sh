@@ -2,7 +2,8 @@
 # A three-node cluster against a single node: requests/s of the same
 # redis-benchmark rows on a single leased (its log on, appendfsync always,
 # and everysec), on the cluster's leader, and on a follower (which proxies
-# every lease command to the leader over the bus).
+# every lease write to the leader over the bus, and serves reads itself at
+# a read index it asks the leader for).
 #
 #   bench/cluster.sh [options]
 #
@@ -14,7 +15,8 @@
 #                                    (random runs: nearly every one succeeds)
 #                         heartbeat  LEASE.HEARTBEAT of one live lease
 #                         validate   LEASE.VALIDATE of one live lease
-#                       (default: all three)
+#                         get        LEASE.GET of one live lease's run
+#                       (default: acquire, heartbeat, validate)
 #   --targets LIST      what to measure, comma-separated, from: always,
 #                       everysec (single nodes with that appendfsync),
 #                       leader, follower (default: all four)
@@ -24,7 +26,9 @@
 #   --quick             -n 20000, --repeat 1
 #   --port P            first port (16600): single nodes on P (always) and
 #                       P+4 (everysec), the cluster's nodes on P+1..P+3,
-#                       their buses on those + 10000
+#                       their buses on those + the bus offset
+#   --bus-offset B      how far above its client port a node's bus listens
+#                       (10000, the default cluster-port's)
 #   --no-build          use target/release/leased as it is
 #   --leased BIN        measure this leased binary (implies --no-build)
 #   --raw FILE          also write every run as CSV to FILE
@@ -38,11 +42,12 @@
 # the whole benchmark, so every row sees the same machine; an idle one
 # costs next to nothing (the cluster's heartbeats and ticks).
 #
-# The heartbeat and validate rows take one lease (TTL 1e9) on the target
-# before the row (through the follower for the follower's row: it is
-# proxied) and check afterwards that it is still valid, so they time
-# successful commands. Reads go through the Raft log in a cluster (see
-# docs/cluster.md), so VALIDATE costs what a write does.
+# The heartbeat, validate and get rows take one lease (TTL 1e9) on the
+# target before the row (through the follower for the follower's row: it
+# is proxied) and check afterwards that it is still valid, so they time
+# successful commands. Reads in a cluster do not go through the Raft log:
+# they are served at a read index (see docs/cluster.md), on the node they
+# are sent to.
 #
 # Each command also gets a table of the servers' CPU time per request
 # (user + system, from /proc, over the run): the single node's, or the
@@ -63,6 +68,7 @@ ROWS=acquire,heartbeat,validate
 TARGETS=always,everysec,leader,follower
 REPEAT=2
 PORT=16600
+BUS_OFFSET=10000
 KEYSPACE=100000000
 BUILD=1
 RAW=""
@@ -81,6 +87,7 @@ while (($#)); do
     --repeat) REPEAT=$2; shift 2 ;;
     --quick) REQUESTS=20000; REPEAT=1; shift ;;
     --port) PORT=$2; shift 2 ;;
+    --bus-offset) BUS_OFFSET=$2; shift 2 ;;
     --no-build) BUILD=0; shift ;;
     --leased) LEASED_BIN=$2; BUILD=0; shift 2 ;;
     --raw) RAW=$2; shift 2 ;;
@@ -94,7 +101,7 @@ IFS=, read -ra PIPELINE_LIST <<<"$PIPELINES"
 IFS=, read -ra ROW_LIST <<<"$ROWS"
 IFS=, read -ra TARGET_LIST <<<"$TARGETS"
 for row in "${ROW_LIST[@]}"; do
-    [[ $row =~ ^(acquire|heartbeat|validate)$ ]] || die "unknown row $row"
+    [[ $row =~ ^(acquire|heartbeat|validate|get)$ ]] || die "unknown row $row"
 done
 CLUSTER=0
 for target in "${TARGET_LIST[@]}"; do
@@ -102,8 +109,10 @@ for target in "${TARGET_LIST[@]}"; do
     [[ $target =~ ^(leader|follower)$ ]] && CLUSTER=1
 done
 [[ $REQUESTS =~ ^[1-9][0-9]*$ && $CLIENTS =~ ^[1-9][0-9]*$ && $REPEAT =~ ^[1-9][0-9]*$ &&
-    $PORT =~ ^[1-9][0-9]*$ ]] || die "-n, -c, --repeat and --port take positive integers"
-((PORT + 10003 <= 65535)) || die "--port too high: the buses need port + 10003"
+    $PORT =~ ^[1-9][0-9]*$ && $BUS_OFFSET =~ ^[1-9][0-9]*$ ]] ||
+    die "-n, -c, --repeat, --port and --bus-offset take positive integers"
+((BUS_OFFSET > 4)) || die "--bus-offset must be above 4: the buses would take client ports"
+((PORT + BUS_OFFSET + 3 <= 65535)) || die "--port too high: the buses need port + $BUS_OFFSET + 3"
 
 ensure_redis
 ((BUILD)) && build_leased
@@ -126,8 +135,8 @@ start_cluster() {
     for i in 1 2 3; do
         port=$((PORT + i))
         port_in_use "$port" && die "port $port is in use"
-        port_in_use $((port + 10000)) && die "port $((port + 10000)) (a bus) is in use"
-        nodes+="${nodes:+ }$i@127.0.0.1:$port"
+        port_in_use $((port + BUS_OFFSET)) && die "port $((port + BUS_OFFSET)) (a bus) is in use"
+        nodes+="${nodes:+ }$i@127.0.0.1:$port@$((port + BUS_OFFSET))"
     done
     for i in 1 2 3; do
         port=$((PORT + i))
@@ -197,16 +206,18 @@ command_for() {
     HOT=""
     case $row in
     acquire) CMD=(LEASE.ACQUIRE 'run:__rand_int__' w) ;;
-    heartbeat | validate)
+    heartbeat | validate | get)
         HOT="hot:$target-$row-$pipeline-$4"
         reply=$(redis-cli --raw -p "$port" LEASE.ACQUIRE "$HOT" w TTL 1e9)
         read -r id token <<<"$(lease_of "$reply")" ||
             die "could not take the lease $HOT on port $port: $reply"
-        if [[ $row == heartbeat ]]; then
-            CMD=(LEASE.HEARTBEAT "$id" "$token")
-        else
-            CMD=(LEASE.VALIDATE "$HOT" "$id" "$token")
-        fi
+        case $row in
+        heartbeat) CMD=(LEASE.HEARTBEAT "$id" "$token") ;;
+        validate) CMD=(LEASE.VALIDATE "$HOT" "$id" "$token") ;;
+        get) CMD=(LEASE.GET "$HOT") ;;
+        esac
+        # What check_hot sends: whether the lease is still valid.
+        CHECK=(LEASE.VALIDATE "$HOT" "$id" "$token")
         ;;
     esac
 }
@@ -215,7 +226,7 @@ command_for() {
 check_hot() {
     local port=$1 reply
     [[ -z $HOT ]] && return
-    reply=$(redis-cli -p "$port" "${CMD[@]}")
+    reply=$(redis-cli -p "$port" "${CHECK[@]}")
     [[ $reply == 1 ]] || die "the lease $HOT is not live on port $port after its row ($reply)"
 }
 
@@ -296,6 +307,7 @@ command_of() {
     acquire) printf 'LEASE.ACQUIRE (random runs)' ;;
     heartbeat) printf 'LEASE.HEARTBEAT (one live lease)' ;;
     validate) printf 'LEASE.VALIDATE (one live lease)' ;;
+    get) printf 'LEASE.GET (one live lease)' ;;
     esac
 }
 

@@ -13,10 +13,12 @@
 //! On a follower, a round's lease ops go to the leader over the bus as one
 //! [`Forward`], and the leader's answers are relayed.
 //!
-//! Reads go through the log too: a read's answer depends on registry time,
-//! and a read evaluated at a time not yet in the log could report a lease
-//! expired that a new leader, stamping from the log's time, would still
-//! let heartbeat. Through the log, every reply is at a committed time.
+//! A batch of reads only (VALIDATE, GET, ... with no `now` above registry
+//! time) does not go into the entry: [`super::reads`] serves it at a read
+//! index, on this node's replica, at a committed registry time (a read at
+//! a time not yet in the log could report a lease expired that a new
+//! leader, stamping from the log's time, would still let heartbeat). Any
+//! other batch, a transaction's included, goes into the entry whole.
 //!
 //! Failover errors keep apart what a client may safely resend
 //! ([`Refusal::TryAgain`]: refused before it reached a log) from what may
@@ -36,6 +38,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tracing::warn;
 
 use super::node::Node;
+use super::reads::{ReadIndexAsker, Reads};
 use super::types::{ClusterRefusal, Command, Forward, Forwarded, NodeId, Tick};
 use crate::config::{DirectiveError, SetError};
 use crate::core::waiters::{Waiter, Waiters};
@@ -136,27 +139,33 @@ pub struct ClusterCore {
     wakes: Option<mpsc::UnboundedReceiver<Wake>>,
     /// The leader last seen: when it changes, blocked clients are told.
     leader: Option<NodeId>,
+    /// Where batches of reads go, to be served at a read index.
+    reads: Reads,
 }
 
 impl ClusterCore {
     pub fn new(
         node: Arc<Node>,
         forward: Forwarder,
+        ask: ReadIndexAsker,
         shared: Arc<Shared>,
         patience: Duration,
     ) -> ClusterCore {
         let (wake, wakes) = mpsc::unbounded_channel();
+        let stats = Arc::new(Mutex::new(CommandStats::default()));
+        let reads = Reads::start(node.clone(), ask, stats.clone(), patience);
         ClusterCore {
             node,
             forward,
             shared,
-            stats: Arc::new(Mutex::new(CommandStats::default())),
+            stats,
             patience,
             waiters: Waiters::default(),
             trying: HashSet::new(),
             wake,
             wakes: Some(wakes),
             leader: None,
+            reads,
         }
     }
 
@@ -240,11 +249,15 @@ impl ClusterCore {
         let started = Instant::now();
         let clock = self.shared.clock.now();
         let max_skew = self.shared.config().lease_max_skew;
+        let reads = self.reads.round(clock, max_skew);
         let mut ops = Vec::new();
         let mut pending = Vec::with_capacity(requests.len());
         for request in requests {
             let (commands, reply) = match request {
-                Request::Local(batch) => (batch.commands, ReplyTo::Local(batch.reply)),
+                Request::Local(batch) => match reads.take(batch) {
+                    Ok(()) => continue,
+                    Err(batch) => (batch.commands, ReplyTo::Local(batch.reply)),
+                },
                 Request::Forwarded(forwarding) => {
                     if !leading {
                         let refused = not_leader(forwarding.request.ops.len());
@@ -526,7 +539,7 @@ pub(super) type Outcomes = Result<Vec<Forwarded>, Refusal>;
 
 /// Refusals decided before an op is proposed: an explicit `now` too far
 /// ahead of this node's clock.
-fn refusal(op: &Op, clock: f64, max_skew: f64) -> Option<Refusal> {
+pub(super) fn refusal(op: &Op, clock: f64, max_skew: f64) -> Option<Refusal> {
     let now = op.explicit_now()?;
     (max_skew > 0.0 && now > clock + max_skew).then_some(Refusal::FutureNow { max_skew })
 }

@@ -12,7 +12,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::core::{ForwardFailure, Forwarder, Forwarding};
 use super::network::{Links, Router};
-use super::node::Storage;
+use super::node::{Node as RaftNode, Storage};
+use super::reads::{ReadIndexAsker, read_index};
 use super::start::{self, Settings, Started};
 use super::status::{Address, Role};
 use super::tests::{heartbeat, release};
@@ -26,6 +27,9 @@ const WAIT: Duration = Duration::from_secs(20);
 
 /// The forwards queue of every node, for the test network's forwarder.
 type Forwards = Arc<Mutex<HashMap<NodeId, mpsc::Sender<Forwarding>>>>;
+
+/// Every node, for the test network's read-index calls.
+type Nodes = Arc<Mutex<HashMap<NodeId, Arc<RaftNode>>>>;
 
 struct Node {
     started: Started,
@@ -66,6 +70,27 @@ fn forwarder(from: NodeId, router: Arc<Router>, forwards: Forwards) -> Forwarder
     })
 }
 
+/// Asks for a read index through the router's links, delayed as they are
+/// both ways; a link cut either way loses the call or its answer.
+fn asker(from: NodeId, router: Arc<Router>, nodes: Nodes) -> ReadIndexAsker {
+    Arc::new(move |to| {
+        let router = router.clone();
+        let target = nodes.lock().unwrap().get(&to).cloned();
+        Box::pin(async move {
+            router.wait(from, to).await;
+            let (Some(target), true) = (target, router.reachable(from, to)) else {
+                return Err(format!("link {from} -> {to} is cut"));
+            };
+            let index = read_index(&target).await?;
+            router.wait(to, from).await;
+            match router.reachable(to, from) {
+                true => Ok(index),
+                false => Err(format!("link {to} -> {from} is cut")),
+            }
+        })
+    })
+}
+
 impl Cluster {
     pub(super) async fn start(ids: &[NodeId]) -> Cluster {
         Cluster::start_with(ids, &[]).await
@@ -76,6 +101,7 @@ impl Cluster {
     pub(super) async fn start_with(ids: &[NodeId], offsets: &[f64]) -> Cluster {
         let router = Arc::new(Router::default());
         let forwards: Forwards = Arc::default();
+        let raft_nodes: Nodes = Arc::default();
         let mut nodes = HashMap::new();
         for (index, &id) in ids.iter().enumerate() {
             let offset = offsets.get(index).copied().unwrap_or(0.0);
@@ -103,11 +129,13 @@ impl Cluster {
                 router: router.clone(),
             };
             let forward = forwarder(id, router.clone(), forwards.clone());
+            let ask = asker(id, router.clone(), raft_nodes.clone());
             let make = Arc::new(|| Registry::new(10.0, 0));
-            let started = start::start(settings, shared.clone(), links, forward, make)
+            let started = start::start(settings, shared.clone(), links, forward, ask, make)
                 .await
                 .unwrap();
             router.add(id, started.node.raft.clone());
+            (raft_nodes.lock().unwrap()).insert(id, started.node.clone());
             forwards
                 .lock()
                 .unwrap()
@@ -128,6 +156,11 @@ impl Cluster {
 
     pub(super) fn core(&self, id: NodeId) -> &CoreHandle {
         &self.nodes[&id].started.core
+    }
+
+    /// Node `id`'s Raft and replica.
+    pub(super) fn node(&self, id: NodeId) -> &Arc<RaftNode> {
+        &self.nodes[&id].started.node
     }
 
     /// The leader every node of `among` agrees on.
@@ -153,7 +186,7 @@ impl Cluster {
     /// Sends `ops` to node `id`'s core as one batch; a refusal that says
     /// the command did not happen is sent again (a leader just elected may
     /// refuse a few).
-    async fn call(&self, id: NodeId, ops: Vec<Op>) -> Vec<CoreAnswer> {
+    pub(super) async fn call(&self, id: NodeId, ops: Vec<Op>) -> Vec<CoreAnswer> {
         for _ in 0..100 {
             let commands = ops.iter().cloned().map(CoreCommand::Op).collect();
             let answers = self.core(id).call(commands).await.answers;
@@ -169,7 +202,7 @@ impl Cluster {
     }
 
     /// Waits until every node's registry has applied `last_token`.
-    async fn converge(&self, ids: &[NodeId], last_token: u64) {
+    pub(super) async fn converge(&self, ids: &[NodeId], last_token: u64) {
         let converged = async {
             while !ids.iter().all(|id| {
                 let replica = self.nodes[id].started.node.state.lock();
@@ -184,18 +217,18 @@ impl Cluster {
     }
 }
 
-fn acquire(run: &str, worker: &str) -> Op {
+pub(super) fn acquire(run: &str, worker: &str) -> Op {
     super::tests::acquire(run, worker, 30.0)
 }
 
-fn lease(answer: &CoreAnswer) -> Lease {
+pub(super) fn lease(answer: &CoreAnswer) -> Lease {
     match answer {
         CoreAnswer::Outcome(Outcome::Acquired(Some(lease))) => lease.clone(),
         other => panic!("expected a lease, got {other:?}"),
     }
 }
 
-fn flag(answer: &CoreAnswer) -> bool {
+pub(super) fn flag(answer: &CoreAnswer) -> bool {
     match answer {
         CoreAnswer::Outcome(Outcome::Flag(done)) => *done,
         other => panic!("expected a flag, got {other:?}"),

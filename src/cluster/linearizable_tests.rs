@@ -5,11 +5,15 @@
 //! registry's reference model (`registry::model`) gives every reply the
 //! clients saw.
 //!
-//! Every command carries an explicit `now` far above the machine's clock
+//! Every write carries an explicit `now` far above the machine's clock
 //! (lease-max-skew is off), so leader stamps lag registry time and a
 //! command is evaluated at its `now` or at registry time, as the model
 //! evaluates it with a lagging clock: the outcome depends on the order of
-//! commands only, which is what the tester searches.
+//! commands only, which is what the tester searches. A read (VALIDATE,
+//! GET) carries the client's `now` (above registry time: it goes through
+//! the log), none, or one a few commands old (served at a read index, at
+//! registry time, which the model's lagging clock gives too), so reads
+//! at a read index, on the leader and on followers, mix with writes.
 //!
 //! The network drops (cuts) and delays links at random moments, and the
 //! nodes' clocks are off each other's by up to a second (proptest picks
@@ -35,6 +39,14 @@ use crate::registry::{Op, Outcome};
 /// Far above the machine's clock: leaders' stamps always lag it.
 const BASE: f64 = 1e10;
 const CLIENTS: u64 = 4;
+/// Clients that only read (GET without `now`, at a read index), faster
+/// than the others: a node answering from a replica behind the log (an
+/// isolated old leader, a follower that has not caught up) would be seen.
+const READERS: u64 = 2;
+const READS_PER_READER: usize = 60;
+/// The readers' thread ids start here, apart from the clients' (which
+/// move up by `CLIENTS` after each `-UNCERTAIN`).
+const READER_THREADS: u64 = 1 << 32;
 const OPS_PER_CLIENT: usize = 30;
 const RUNS: [&str; 2] = ["run-a", "run-b"];
 
@@ -102,13 +114,24 @@ fn next_op(dice: &mut Dice, worker: &str, held: &Option<(Bytes, u64)>, now: f64)
             run_id: run,
             lease_id,
             token,
-            now: Some(now),
+            now: read_now(dice, now),
         },
         4 => Op::Release { lease_id, token },
         _ => Op::Get {
             run_id: run,
-            now: Some(now),
+            now: read_now(dice, now),
         },
+    }
+}
+
+/// A read's `now`: the client's (the read moves registry time, through the
+/// log), none, or one eight commands old (mostly not above registry time:
+/// both served at a read index).
+fn read_now(dice: &mut Dice, now: f64) -> Option<f64> {
+    match dice.roll(3) {
+        0 => Some(now),
+        1 => None,
+        _ => Some(now - 2.0),
     }
 }
 
@@ -160,6 +183,42 @@ async fn client(
             // thread of the history.
             thread += CLIENTS;
         }
+    }
+}
+
+/// Runs one reader: GETs without `now` to random nodes, recorded.
+async fn reader(
+    cluster: Arc<Cluster>,
+    index: u64,
+    seed: u64,
+    ids: Vec<u64>,
+    sequence: Arc<AtomicU64>,
+    calls: Arc<Mutex<Vec<Call>>>,
+) {
+    let mut dice = Dice((0x51_7CC1_B727_220A ^ seed ^ ((index + 1) * 0x2545_F491)) | 1);
+    for _ in 0..READS_PER_READER {
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        let op = Op::Get {
+            run_id: Bytes::from_static(RUNS[dice.roll(2) as usize].as_bytes()),
+            now: None,
+        };
+        let node = ids[dice.roll(ids.len() as u64) as usize];
+        let sent = sequence.fetch_add(1, Ordering::SeqCst);
+        let answer = cluster.core(node).call(vec![CoreCommand::Op(op.clone())]);
+        let answer = answer.await.answers.pop().expect("one answer");
+        let answered = sequence.fetch_add(1, Ordering::SeqCst);
+        let result = match answer {
+            CoreAnswer::Outcome(outcome) => Ok(outcome),
+            CoreAnswer::Refused(refusal) => Err(refusal),
+            other => panic!("unexpected answer {other:?}"),
+        };
+        calls.lock().unwrap().push(Call {
+            thread: READER_THREADS + index,
+            op,
+            sent,
+            answered,
+            result,
+        });
     }
 }
 
@@ -220,6 +279,14 @@ fn fault() -> impl Strategy<Value = Fault> {
     ]
 }
 
+/// A read served at a read index, whatever the registry time.
+fn read_without_now(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Validate { now: None, .. } | Op::Get { now: None, .. }
+    )
+}
+
 /// Runs the clients against a cluster while `faults` happen, each after
 /// its pause, then heals and checks the history.
 async fn run_with(faults: Vec<(u64, Fault)>, seed: u64, offsets: &[f64]) {
@@ -229,6 +296,13 @@ async fn run_with(faults: Vec<(u64, Fault)>, seed: u64, offsets: &[f64]) {
     let sequence = Arc::new(AtomicU64::new(0));
     let time = Arc::new(AtomicU64::new(0));
     let calls = Arc::new(Mutex::new(Vec::new()));
+    let readers: Vec<_> = (0..READERS)
+        .map(|index| {
+            let (sequence, calls) = (sequence.clone(), calls.clone());
+            let ids = ids.clone();
+            tokio::spawn(reader(cluster.clone(), index, seed, ids, sequence, calls))
+        })
+        .collect();
     let clients: Vec<_> = (0..CLIENTS)
         .map(|index| {
             let (sequence, time, calls) = (sequence.clone(), time.clone(), calls.clone());
@@ -265,17 +339,18 @@ async fn run_with(faults: Vec<(u64, Fault)>, seed: u64, offsets: &[f64]) {
         }
     }
     cluster.router.heal();
-    for client in clients {
+    for client in clients.into_iter().chain(readers) {
         client.await.unwrap();
     }
     let calls = calls.lock().unwrap();
     let count = |pick: fn(&Call) -> bool| calls.iter().filter(|call| pick(call)).count();
     eprintln!(
-        "{} commands: {} answered, {} TRYAGAIN, {} UNCERTAIN",
+        "{} commands: {} answered, {} TRYAGAIN, {} UNCERTAIN; {} reads without now answered",
         calls.len(),
         count(|call| call.result.is_ok()),
         count(|call| matches!(call.result, Err(Refusal::TryAgain(_)))),
         count(|call| matches!(call.result, Err(Refusal::Uncertain(_)))),
+        count(|call| call.result.is_ok() && read_without_now(&call.op)),
     );
     let certain = check(&calls).unwrap_or_else(|error| panic!("{error}: {calls:#?}"));
     assert!(certain > 0, "no command was answered");

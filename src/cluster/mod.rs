@@ -14,7 +14,8 @@
 //! [`snapshot_file`]) or in memory; a node that writes through
 //! its Raft ([`node`]) with the leader's stamps ([`stamp`]); the node bus
 //! ([`bus`]: TCP between nodes for openraft's RPCs and forwarded
-//! commands); the core task connections talk to ([`core`]); the start of
+//! commands); the core task connections talk to ([`core`]) and its reads,
+//! served at a read index rather than through the log ([`reads`]); the start of
 //! a node inside the server ([`start`]); a node whose clock is too far
 //! from the others' refusing to lead ([`skew`], [`clock_guard`]); and what
 //! ROLE, INFO and CLUSTER show ([`status`], [`views`]). docs/cluster.md
@@ -26,6 +27,7 @@ pub mod core;
 pub mod disk;
 pub mod log_store;
 pub mod node;
+pub mod reads;
 pub mod serve;
 pub mod skew;
 pub mod snapshot_file;
@@ -44,5 +46,7 @@ mod core_tests;
 mod linearizable_tests;
 #[cfg(test)]
 mod network;
+#[cfg(test)]
+mod reads_tests;
 #[cfg(test)]
 mod tests;

@@ -72,7 +72,7 @@ impl Router {
     }
 
     /// Waits out the delay of the link `from` -> `to`, if it has one.
-    async fn wait(&self, from: NodeId, to: NodeId) {
+    pub async fn wait(&self, from: NodeId, to: NodeId) {
         let delay = self.delays.lock().unwrap().get(&(from, to)).copied();
         if let Some(delay) = delay {
             tokio::time::sleep(delay).await;

@@ -1,7 +1,7 @@
 //! Cluster mode in the server: a node started from `Config::cluster()`,
 //! its Raft state under the data directory, its bus listening on its bus
 //! address (in TLS with `tls-cluster yes`), followers forwarding through
-//! the bus.
+//! the bus and asking the leader for read indexes over it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,10 +14,11 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::bus::{Bus, ForwardError, ForwardHandler, serve, serve_tls};
+use super::bus::{Bus, ForwardError, ForwardHandler, Handlers, serve, serve_tls};
 use super::clock_guard::{self, Guard};
 use super::core::{ForwardFailure, Forwarder, Forwarding};
 use super::node::{StartError, Storage};
+use super::reads::{self, ReadIndexAsker};
 use super::stamp::Clock;
 use super::start::{self, Settings};
 use super::state_machine::MakeRegistry;
@@ -75,6 +76,7 @@ pub async fn start(
     let make = make_registry(&config);
     drop(config);
     let forward = forwarder(bus.clone());
+    let read_index = asker(bus.clone());
     let ask = clock_guard::over_bus(bus.clone());
     let shutdown = shared.shutdown.clone();
     // The wall clock the leader's stamps are anchored to, as the server
@@ -87,8 +89,20 @@ pub async fn start(
         let (guard, shutdown) = guarding;
         clock_guard::start(guard, Clone::clone(raft), ask, bound, publish, shutdown);
     };
-    let started = start::start_with(settings, shared.clone(), bus, forward, make, guarded).await?;
-    let handler = handler(started.forwards.clone());
+    let started = start::start_with(
+        settings,
+        shared.clone(),
+        bus,
+        forward,
+        read_index,
+        make,
+        guarded,
+    )
+    .await?;
+    let handler = Handlers {
+        forward: handler(started.forwards.clone()),
+        read_index: reads::handler(started.node.clone()),
+    };
     let raft = started.node.raft.clone();
     let in_tls = if tls.is_some() { " in TLS" } else { "" };
     match tls {
@@ -146,6 +160,20 @@ fn forwarder(bus: Bus) -> Forwarder {
                     ForwardError::NotSent(why) => ForwardFailure::NotSent(why),
                     ForwardError::NoAnswer(why) => ForwardFailure::NoAnswer(why),
                 })
+        }
+        .boxed()
+    })
+}
+
+/// Asks a peer for a read index over the bus.
+fn asker(bus: Bus) -> ReadIndexAsker {
+    Arc::new(move |to| {
+        let bus = bus.clone();
+        async move {
+            let Some(addr) = bus.peer_addr(to).map(str::to_string) else {
+                return Err(format!("node {to} is not a peer"));
+            };
+            bus.read_index(&addr).await
         }
         .boxed()
     })

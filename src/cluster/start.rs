@@ -16,6 +16,7 @@ use tracing::{info, warn};
 
 use super::core::{ClusterCore, Forwarder, Forwarding};
 use super::node::{Node, StartError, Storage};
+use super::reads::ReadIndexAsker;
 use super::stamp::{Anchor, Clock};
 use super::state_machine::{MakeRegistry, StateMachine};
 use super::status::{Address, ClusterStatus};
@@ -91,13 +92,14 @@ pub async fn start<N>(
     shared: Arc<Shared>,
     network: N,
     forward: Forwarder,
+    ask: ReadIndexAsker,
     make: MakeRegistry,
 ) -> Result<Started, StartError>
 where
     N: RaftNetworkFactory<TypeConfig>,
     N::Network: NetSnapshot<TypeConfig, SnapshotData = bytes::Bytes>,
 {
-    start_with(settings, shared, network, forward, make, |_| {}).await
+    start_with(settings, shared, network, forward, ask, make, |_| {}).await
 }
 
 /// [`start`], running `prepare` on the node's Raft before it joins its
@@ -108,6 +110,7 @@ pub async fn start_with<N>(
     shared: Arc<Shared>,
     network: N,
     forward: Forwarder,
+    ask: ReadIndexAsker,
     make: MakeRegistry,
     prepare: impl FnOnce(&Raft<TypeConfig, StateMachine>),
 ) -> Result<Started, StartError>
@@ -143,7 +146,8 @@ where
     ));
     let (queue, batches) = mpsc::channel(QUEUE_DEPTH);
     let (forwards, forwarded) = mpsc::channel(QUEUE_DEPTH);
-    let core = ClusterCore::new(node.clone(), forward, shared.clone(), settings.patience);
+    let patience = settings.patience;
+    let core = ClusterCore::new(node.clone(), forward, ask, shared.clone(), patience);
     let stopping = node.clone();
     let task = tokio::spawn(async move {
         core.run(batches, forwarded).await;

@@ -7,9 +7,12 @@
 //! openraft's RPCs and forwarded commands as postcard.
 //!
 //! A follower forwards its clients' lease commands to the leader as a
-//! [`Forward`] and relays the leader's [`Forwarded`] answers.
+//! [`Forward`] and relays the leader's [`Forwarded`] answers; for its
+//! clients' reads it asks the leader for a [`ReadIndex`] only.
 
 use std::fmt;
+
+use openraft::alias::LogIdOf;
 
 use crate::registry::{Op, Outcome};
 
@@ -65,6 +68,19 @@ impl fmt::Display for Command {
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Forward {
     pub ops: Vec<Op>,
+}
+
+/// A read index, as the leader confirmed it (`super::reads`): a replica
+/// that has applied the log up to `log_id` may serve reads, at a registry
+/// time no further than the read lag bound behind `time`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ReadIndex {
+    /// The leader's commit point (or its first entry of its term, if
+    /// later) when a majority confirmed it still leads.
+    pub log_id: LogIdOf<TypeConfig>,
+    /// The leader's stamp (its time, as it would stamp an entry) just
+    /// after that confirmation.
+    pub time: f64,
 }
 
 /// The leader's answer to one forwarded op.

@@ -1,6 +1,7 @@
 //! The bus's client side: openraft's network ([`Bus`] as the factory,
-//! [`Peer`] per target) and forwarding a follower's commands to the
-//! leader ([`Bus::forward`]).
+//! [`Peer`] per target), forwarding a follower's commands to the leader
+//! ([`Bus::forward`]) and asking it for a read index
+//! ([`Bus::read_index`]).
 //!
 //! Errors keep what openraft needs to know apart: no connection (or a
 //! request that could not be written) is `Unreachable`, after which
@@ -27,7 +28,7 @@ use openraft::{BasicNode, OptionalSend, RaftNetworkFactory, RaftNetworkV2};
 
 use super::pool::{CallError, Pool};
 use super::wire::{Kind, Request, Response};
-use crate::cluster::types::{Forward, Forwarded, NodeId, TypeConfig};
+use crate::cluster::types::{Forward, Forwarded, NodeId, ReadIndex, TypeConfig};
 
 /// How long dialling a peer and its handshake may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -111,6 +112,30 @@ impl Bus {
                 "{addr}: no answer within {:?}",
                 self.forward_timeout
             ))),
+        }
+    }
+
+    /// Asks the node at `addr` (the leader's bus address) for a read index.
+    /// Every failure is alike to the caller: no read index, so no read
+    /// happened and the reads may be sent again.
+    pub async fn read_index(&self, addr: &str) -> Result<ReadIndex, String> {
+        let called = (self.pool)
+            .call(
+                addr,
+                Kind::Forward,
+                None,
+                &Request::ReadIndex,
+                self.forward_timeout,
+            )
+            .await;
+        match called {
+            Ok(Response::ReadIndex(answer)) => answer,
+            Ok(other) => Err(unexpected(&other)),
+            Err(CallError::TimedOut { .. }) => Err(format!(
+                "{addr}: no answer within {:?}",
+                self.forward_timeout
+            )),
+            Err(CallError::NotSent(why) | CallError::NoAnswer(why)) => Err(why),
         }
     }
 

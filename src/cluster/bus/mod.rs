@@ -23,7 +23,7 @@ pub mod server;
 pub mod wire;
 
 pub use client::{Bus, ForwardError, Peer};
-pub use server::{ForwardHandler, serve, serve_tls};
+pub use server::{ForwardHandler, Handlers, ReadIndexHandler, serve, serve_tls};
 
 #[cfg(test)]
 mod skew_tests;

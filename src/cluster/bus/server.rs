@@ -1,6 +1,7 @@
 //! The bus's server side: accepts peers, checks their handshake, and
 //! answers their calls from this node's Raft (replication, votes,
-//! snapshots) or its forward handler (a follower's clients' commands).
+//! snapshots) or its [`Handlers`] (a follower's clients' commands, and its
+//! requests for a read index).
 //!
 //! One task per connection, one call at a time on it, answered in order.
 //! Cancelling the shutdown token stops accepting and closes every
@@ -27,11 +28,22 @@ use super::handshake::{Refusal, admit};
 use super::wire::{Request, Response};
 use crate::cluster::clock_guard::Guard;
 use crate::cluster::state_machine::StateMachine;
-use crate::cluster::types::{Forward, Forwarded, NodeId, TypeConfig};
+use crate::cluster::types::{Forward, Forwarded, NodeId, ReadIndex, TypeConfig};
 
 /// Runs a follower's forwarded ops on this node (the leader) and answers
 /// one [`Forwarded`] per op.
 pub type ForwardHandler = Arc<dyn Fn(Forward) -> BoxFuture<'static, Vec<Forwarded>> + Send + Sync>;
+
+/// Confirms a read index on this node (the leader), or says why not.
+pub type ReadIndexHandler =
+    Arc<dyn Fn() -> BoxFuture<'static, Result<ReadIndex, String>> + Send + Sync>;
+
+/// What answers a peer's calls that are not Raft's.
+#[derive(Clone)]
+pub struct Handlers {
+    pub forward: ForwardHandler,
+    pub read_index: ReadIndexHandler,
+}
 
 /// How long a peer has to finish its handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -43,7 +55,7 @@ const WARN_EVERY: Duration = Duration::from_secs(60);
 struct Context {
     me: NodeId,
     raft: Raft<TypeConfig, StateMachine>,
-    forward: ForwardHandler,
+    handlers: Handlers,
     /// This node's clock, for peers' probes, and whether it refuses to
     /// lead.
     guard: Guard,
@@ -58,12 +70,12 @@ struct Context {
 pub async fn serve(
     listener: TcpListener,
     raft: Raft<TypeConfig, StateMachine>,
-    forward: ForwardHandler,
+    handlers: Handlers,
     guard: Guard,
     secret: Option<Bytes>,
     shutdown: CancellationToken,
 ) {
-    serve_with(listener, raft, forward, guard, secret, None, shutdown).await
+    serve_with(listener, raft, handlers, guard, secret, None, shutdown).await
 }
 
 /// [`serve`] in TLS: every peer's connection goes through `acceptor`
@@ -71,7 +83,7 @@ pub async fn serve(
 pub async fn serve_tls(
     listener: TcpListener,
     raft: Raft<TypeConfig, StateMachine>,
-    forward: ForwardHandler,
+    handlers: Handlers,
     guard: Guard,
     secret: Option<Bytes>,
     acceptor: TlsAcceptor,
@@ -80,7 +92,7 @@ pub async fn serve_tls(
     serve_with(
         listener,
         raft,
-        forward,
+        handlers,
         guard,
         secret,
         Some(acceptor),
@@ -92,7 +104,7 @@ pub async fn serve_tls(
 async fn serve_with(
     listener: TcpListener,
     raft: Raft<TypeConfig, StateMachine>,
-    forward: ForwardHandler,
+    handlers: Handlers,
     guard: Guard,
     secret: Option<Bytes>,
     tls: Option<TlsAcceptor>,
@@ -102,7 +114,7 @@ async fn serve_with(
     let context = Arc::new(Context {
         me,
         raft,
-        forward,
+        handlers,
         guard,
         secret,
         tls,
@@ -204,7 +216,7 @@ where
     }
 }
 
-/// A call's answer, from this node's Raft or its forward handler.
+/// A call's answer, from this node's Raft or its handlers.
 async fn answer(context: &Context, request: Request) -> Response {
     let raft = &context.raft;
     match request {
@@ -234,7 +246,8 @@ async fn answer(context: &Context, request: Request) -> Response {
         Request::TransferLeader(rpc) => {
             Response::TransferLeader(raft.handle_transfer_leader(rpc).await)
         }
-        Request::Forward(forward) => Response::Forward((context.forward)(forward).await),
+        Request::Forward(forward) => Response::Forward((context.handlers.forward)(forward).await),
+        Request::ReadIndex => Response::ReadIndex((context.handlers.read_index)().await),
         Request::Time => Response::Time {
             seconds: context.guard.now(),
         },

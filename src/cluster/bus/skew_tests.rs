@@ -80,7 +80,10 @@ async fn three(offsets: [i64; 3], shutdown: &CancellationToken) -> BTreeMap<Node
             Box::new(move |clock| *published.lock().unwrap() = clock),
             shutdown.clone(),
         );
-        let handler = write_handler(node.clone());
+        let handler = super::Handlers {
+            forward: write_handler(node.clone()),
+            read_index: crate::cluster::reads::handler(node.clone()),
+        };
         tokio::spawn(serve(
             listener,
             raft,

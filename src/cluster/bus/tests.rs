@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use super::frame::{FrameError, MAX_FRAME, MAX_HANDSHAKE_FRAME, encode, read_frame, write_frame};
 use super::handshake::{HandshakeError, Refusal, admit, introduce, prove};
 use super::wire::{Challenge, Hello, Kind, PROTOCOL, Proof, Request, Response, Verdict};
-use super::{Bus, ForwardError, ForwardHandler, serve, serve_tls};
+use super::{Bus, ForwardError, ForwardHandler, Handlers, serve, serve_tls};
 use crate::cluster::clock_guard::Guard;
 use crate::cluster::node::{Node, Storage};
 use crate::cluster::tests::{
@@ -215,7 +215,7 @@ struct BusNode {
 
 impl BusNode {
     /// Starts node `id` serving on `listener` with the forward handler
-    /// `handler` makes for it.
+    /// `handler` makes for it (and read indexes as a node does).
     async fn start(
         id: NodeId,
         listener: TcpListener,
@@ -242,7 +242,10 @@ impl BusNode {
         .unwrap();
         let node = Arc::new(node);
         let shutdown = CancellationToken::new();
-        let handler = handler(node.clone());
+        let handler = Handlers {
+            forward: handler(node.clone()),
+            read_index: crate::cluster::reads::handler(node.clone()),
+        };
         let raft = node.raft.clone();
         // No guard runs on it: it never refuses to lead.
         let guard = Guard::new(clock.clock());
@@ -442,6 +445,35 @@ async fn three_nodes_replicate_and_forward_over_tcp() {
     assert!(c.fencing_token > b.fencing_token);
     let leader = self::leader(&nodes, &rest).await;
     agree(&nodes, leader, &rest).await;
+    stop(nodes).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_gets_a_read_index_from_the_leader_over_tcp() {
+    let nodes = three(Some(Bytes::from_static(b"s3cret")), None).await;
+    let ids = [1, 2, 3];
+    write(&nodes, &ids, vec![acquire("a", "w1", 10.0)]).await;
+    let leader = leader(&nodes, &ids).await;
+    let written = nodes[&leader].node.state.last_applied_index();
+    let follower = *ids.iter().find(|&&id| id != leader).unwrap();
+    let other = *ids
+        .iter()
+        .find(|&&id| id != leader && id != follower)
+        .unwrap();
+
+    // The leader's read index covers the write it answered, and its
+    // stamp is its clock's.
+    let asked = nodes[&follower].bus.read_index(&nodes[&leader].addr).await;
+    let index = asked.expect("the leader gives a read index");
+    assert!(
+        Some(index.log_id.index) >= written,
+        "{index:?} before {written:?}"
+    );
+    assert!(index.time >= 1000.0, "{index:?}");
+    // A follower gives none, and says why.
+    let asked = nodes[&follower].bus.read_index(&nodes[&other].addr).await;
+    let why = asked.expect_err("a follower gives no read index");
+    assert!(why.contains("not the leader"), "{why}");
     stop(nodes).await;
 }
 

@@ -10,7 +10,7 @@ use openraft::raft::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::types::{Forward, Forwarded, NodeId, TypeConfig};
+use crate::cluster::types::{Forward, Forwarded, NodeId, ReadIndex, TypeConfig};
 
 /// The bus protocol's version: a server refuses a client that speaks
 /// another.
@@ -28,7 +28,8 @@ pub enum Kind {
     Vote,
     /// Full snapshots.
     Snapshot,
-    /// A follower's clients' commands, sent to the leader.
+    /// A follower's clients' commands, sent to the leader, and its
+    /// requests for a read index.
     Forward,
     /// Clock probes: kept off the vote connection, so that a probe's round
     /// trip (its error bound) does not include a heartbeat's wait.
@@ -60,7 +61,7 @@ impl Request {
                     Request::Vote(_) | Request::PreVote(_) | Request::TransferLeader(_)
                 )
                 | (Kind::Snapshot, Request::Snapshot { .. })
-                | (Kind::Forward, Request::Forward(_))
+                | (Kind::Forward, Request::Forward(_) | Request::ReadIndex)
                 | (Kind::Time, Request::Time)
         )
     }
@@ -112,6 +113,10 @@ pub enum Request {
     Forward(Forward),
     /// What the node's clock reads (a peer's skew probe).
     Time,
+    /// A read index, confirmed by a majority (asked of the leader by a
+    /// follower that serves its clients' reads). Last, so that the other
+    /// calls keep their encoding.
+    ReadIndex,
 }
 
 /// The answer to a [`Request`], of the same variant; a remote Raft's
@@ -127,4 +132,7 @@ pub enum Response {
     Time {
         seconds: f64,
     },
+    /// The read index, or why this node gives none (it does not lead, or
+    /// no majority confirmed that it does).
+    ReadIndex(Result<ReadIndex, String>),
 }
