@@ -35,8 +35,10 @@ use openraft::impls::ProgressResponder;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tracing::warn;
 
+use super::leader_queue::LeaderQueue;
 use super::node::Node;
 use super::types::{ClusterRefusal, Command, Forward, Forwarded, NodeId, Tick};
+use super::waiting::{QueueEvent, Remote};
 use crate::config::{DirectiveError, SetError};
 use crate::core::waiters::{Waiter, Waiters};
 use crate::core::{
@@ -105,6 +107,9 @@ struct Pending {
     answers: Vec<Option<CoreAnswer>>,
     /// `(position among the request's answers, position in the ops)`.
     waiting: Vec<(usize, usize)>,
+    /// Answers that come from elsewhere (a follower's `LEASE.WAITERS`,
+    /// from the leader), by position.
+    later: Vec<(usize, BoxFuture<'static, CoreAnswer>)>,
 }
 
 /// What comes back to the core from the tasks that wait for entries.
@@ -117,6 +122,8 @@ pub(super) enum Wake {
     },
     /// A round with releases was applied: runs may be free.
     Released,
+    /// Blocked acquires in the leader's queue (`waiting`).
+    Queue(QueueEvent),
 }
 
 pub struct ClusterCore {
@@ -127,11 +134,15 @@ pub struct ClusterCore {
     stats: Arc<Mutex<CommandStats>>,
     /// How long a command may wait for its entry to be applied before it
     /// is answered `-UNCERTAIN`.
-    patience: Duration,
+    pub(super) patience: Duration,
     /// This node's blocked acquires (`waiting`).
     pub(super) waiters: Waiters,
-    /// Runs with an acquire for their head waiter on its way.
+    /// Runs with an acquire for their head waiter on its way (or offered
+    /// to a follower's waiter).
     pub(super) trying: HashSet<Bytes>,
+    /// Followers' waiters in this leader's queue, and this follower's
+    /// clients in the leader's.
+    pub(super) remote: Remote,
     pub(super) wake: mpsc::UnboundedSender<Wake>,
     wakes: Option<mpsc::UnboundedReceiver<Wake>>,
     /// The leader last seen: when it changes, blocked clients are told.
@@ -142,6 +153,7 @@ impl ClusterCore {
     pub fn new(
         node: Arc<Node>,
         forward: Forwarder,
+        queue: LeaderQueue,
         shared: Arc<Shared>,
         patience: Duration,
     ) -> ClusterCore {
@@ -154,9 +166,17 @@ impl ClusterCore {
             patience,
             waiters: Waiters::default(),
             trying: HashSet::new(),
+            remote: Remote::new(queue),
             wake,
             wakes: Some(wakes),
             leader: None,
+        }
+    }
+
+    /// Where followers' blocked acquires and queue reads reach this core.
+    pub fn queue_handle(&self) -> super::leader_queue::QueueHandle {
+        super::leader_queue::QueueHandle {
+            wake: self.wake.clone(),
         }
     }
 
@@ -214,9 +234,7 @@ impl ClusterCore {
                     continue;
                 }
                 Some(wake) = wakes.recv() => {
-                    if let Wake::Tried { run, waiter, outcome } = wake {
-                        self.tried(run, waiter, outcome).await;
-                    }
+                    self.woken(wake).await;
                     self.serve_waiters().await;
                     continue;
                 }
@@ -259,6 +277,7 @@ impl ClusterCore {
                 reply,
                 answers: Vec::with_capacity(commands.len()),
                 waiting: Vec::new(),
+                later: Vec::new(),
             };
             for command in commands {
                 let answer = match command {
@@ -282,6 +301,12 @@ impl ClusterCore {
                         Some(refused) => Some(CoreAnswer::Refused(refused)),
                         None => Some(self.acquire_blocking(op, timeout, client_id)),
                     },
+                    // The queue is the leader's.
+                    CoreCommand::Waiters(run) if !leading => {
+                        let at = request.answers.len();
+                        request.later.push((at, self.leader_waiters(run)));
+                        None
+                    }
                     other => Some(self.execute(other)),
                 };
                 request.answers.push(answer);
@@ -301,6 +326,11 @@ impl ClusterCore {
             let outcomes = outcomes.await;
             // The next round may go to the log.
             drop(permit);
+            for request in &mut pending {
+                for (at, later) in request.later.drain(..) {
+                    request.answers[at] = Some(later.await);
+                }
+            }
             if let Some(wake) = wake {
                 let _ = wake.send(Wake::Released);
             }
@@ -326,9 +356,11 @@ impl ClusterCore {
         }
     }
 
-    /// Whether `op` is an acquire of a run this node's clients wait for.
+    /// Whether `op` is an acquire of a run clients wait for in this node's
+    /// queue, or that is on its way to one of them.
     fn waited_for(&self, op: &Op) -> bool {
-        matches!(op, Op::Acquire { run_id, .. } if self.waiters.has_waiters(run_id))
+        matches!(op, Op::Acquire { run_id, .. }
+            if self.waiters.has_waiters(run_id) || self.trying.contains(run_id))
     }
 
     /// Appends `ops` as one entry stamped with this leader's time; the
@@ -478,7 +510,7 @@ impl ClusterCore {
             token_ceiling: registry.last_token(),
             registry_time: registry.time(),
             lease_ttl: registry.default_ttl(),
-            blocked_clients: self.waiters.count(),
+            blocked_clients: self.blocked_clients(),
             run_data: registry.data_count(),
             run_data_bytes: registry.data_memory(),
             history_entries: registry.history_entries(),
@@ -578,7 +610,7 @@ fn answer(pending: Vec<Pending>, outcomes: Outcomes, took: Duration) {
 }
 
 /// A leader's refusal as this node's.
-fn local(refused: &ClusterRefusal) -> Refusal {
+pub(super) fn local(refused: &ClusterRefusal) -> Refusal {
     match refused {
         ClusterRefusal::TryAgain(why) => Refusal::TryAgain(why.clone()),
         ClusterRefusal::Uncertain(why) => Refusal::Uncertain(why.clone()),

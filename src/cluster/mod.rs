@@ -13,7 +13,8 @@
 //! ([`disk`], [`snapshot_file`]) or in memory; a node that writes through
 //! its Raft ([`node`]) with the leader's stamps ([`stamp`]); the node bus
 //! ([`bus`]: TCP between nodes for openraft's RPCs and forwarded
-//! commands); the core task connections talk to ([`core`]); the start of
+//! commands); the core task connections talk to ([`core`]), with blocked
+//! acquires waiting in the leader's queue ([`leader_queue`]); the start of
 //! a node inside the server ([`start`]); a node whose clock is too far
 //! from the others' refusing to lead ([`skew`], [`clock_guard`]); and what
 //! ROLE, INFO and CLUSTER show ([`status`], [`views`]). docs/cluster.md
@@ -23,6 +24,7 @@ pub mod bus;
 pub mod clock_guard;
 pub mod core;
 pub mod disk;
+pub mod leader_queue;
 pub mod log_store;
 pub mod node;
 pub mod serve;
@@ -35,6 +37,7 @@ pub mod status;
 pub mod types;
 pub mod views;
 mod waiting;
+mod waiting_follower;
 
 #[cfg(test)]
 mod core_tests;

@@ -14,9 +14,11 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+use super::bus::server::Handlers;
 use super::bus::{Bus, ForwardError, ForwardHandler, serve, serve_tls};
 use super::clock_guard::{self, Guard};
 use super::core::{ForwardFailure, Forwarder, Forwarding};
+use super::leader_queue::LeaderQueue;
 use super::node::{StartError, Storage};
 use super::stamp::Clock;
 use super::start::{self, Settings};
@@ -75,6 +77,7 @@ pub async fn start(
     let make = make_registry(&config);
     drop(config);
     let forward = forwarder(bus.clone());
+    let queue = leader_queue(bus.clone());
     let ask = clock_guard::over_bus(bus.clone());
     let shutdown = shared.shutdown.clone();
     // The wall clock the leader's stamps are anchored to, as the server
@@ -87,8 +90,12 @@ pub async fn start(
         let (guard, shutdown) = guarding;
         clock_guard::start(guard, Clone::clone(raft), ask, bound, publish, shutdown);
     };
-    let started = start::start_with(settings, shared.clone(), bus, forward, make, guarded).await?;
-    let handler = handler(started.forwards.clone());
+    let started =
+        start::start_with(settings, shared.clone(), bus, forward, queue, make, guarded).await?;
+    let handler = Handlers {
+        forward: handler(started.forwards.clone()),
+        queue: Some(started.queue.clone()),
+    };
     let raft = started.node.raft.clone();
     let in_tls = if tls.is_some() { " in TLS" } else { "" };
     match tls {
@@ -149,6 +156,35 @@ fn forwarder(bus: Bus) -> Forwarder {
         }
         .boxed()
     })
+}
+
+/// Reaches the leader's queue over the bus, at the address this node
+/// knows it by.
+fn leader_queue(bus: Bus) -> LeaderQueue {
+    let asking = bus.clone();
+    let failure = |error| match error {
+        ForwardError::NotSent(why) => ForwardFailure::NotSent(why),
+        ForwardError::NoAnswer(why) => ForwardFailure::NoAnswer(why),
+    };
+    let not_a_peer = |to| ForwardFailure::NotSent(format!("node {to} is not a peer"));
+    LeaderQueue {
+        block: Arc::new(move |to, block| {
+            let bus = bus.clone();
+            async move {
+                let addr = bus.peer_addr(to).ok_or_else(|| not_a_peer(to))?.to_string();
+                bus.block(&addr, block).await.map_err(failure)
+            }
+            .boxed()
+        }),
+        waiters: Arc::new(move |to, run| {
+            let bus = asking.clone();
+            async move {
+                let addr = bus.peer_addr(to).ok_or_else(|| not_a_peer(to))?.to_string();
+                bus.waiters(&addr, run).await.map_err(failure)
+            }
+            .boxed()
+        }),
+    }
 }
 
 /// Hands a follower's forward to this node's core.

@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use super::core::{ClusterCore, Forwarder, Forwarding};
+use super::leader_queue::{LeaderQueue, QueueHandle};
 use super::node::{Node, StartError, Storage};
 use super::stamp::{Anchor, Clock};
 use super::state_machine::{MakeRegistry, StateMachine};
@@ -79,6 +80,8 @@ pub struct Started {
     pub core: CoreHandle,
     /// Where the bus server hands followers' forwards.
     pub forwards: mpsc::Sender<Forwarding>,
+    /// Where the bus server hands followers' blocked acquires.
+    pub queue: QueueHandle,
     /// Resolves once the core has stopped (the last [`CoreHandle`] gone)
     /// and the node's Raft has shut down.
     pub task: JoinHandle<()>,
@@ -91,13 +94,14 @@ pub async fn start<N>(
     shared: Arc<Shared>,
     network: N,
     forward: Forwarder,
+    queue: LeaderQueue,
     make: MakeRegistry,
 ) -> Result<Started, StartError>
 where
     N: RaftNetworkFactory<TypeConfig>,
     N::Network: NetSnapshot<TypeConfig, SnapshotData = bytes::Bytes>,
 {
-    start_with(settings, shared, network, forward, make, |_| {}).await
+    start_with(settings, shared, network, forward, queue, make, |_| {}).await
 }
 
 /// [`start`], running `prepare` on the node's Raft before it joins its
@@ -108,6 +112,7 @@ pub async fn start_with<N>(
     shared: Arc<Shared>,
     network: N,
     forward: Forwarder,
+    queue: LeaderQueue,
     make: MakeRegistry,
     prepare: impl FnOnce(&Raft<TypeConfig, StateMachine>),
 ) -> Result<Started, StartError>
@@ -141,9 +146,16 @@ where
         shared.clone(),
         anchor,
     ));
-    let (queue, batches) = mpsc::channel(QUEUE_DEPTH);
+    let (batch_queue, batches) = mpsc::channel(QUEUE_DEPTH);
     let (forwards, forwarded) = mpsc::channel(QUEUE_DEPTH);
-    let core = ClusterCore::new(node.clone(), forward, shared.clone(), settings.patience);
+    let core = ClusterCore::new(
+        node.clone(),
+        forward,
+        queue,
+        shared.clone(),
+        settings.patience,
+    );
+    let waiting = core.queue_handle();
     let stopping = node.clone();
     let task = tokio::spawn(async move {
         core.run(batches, forwarded).await;
@@ -155,8 +167,9 @@ where
     });
     Ok(Started {
         node,
-        core: CoreHandle::new(queue),
+        core: CoreHandle::new(batch_queue),
         forwards,
+        queue: waiting,
         task,
     })
 }

@@ -34,7 +34,7 @@ use crate::cluster::types::NodeId;
 const MAX_IDLE: usize = 4;
 
 /// A connection, in TLS or not.
-type Conn = Either<TcpStream, TlsStream<TcpStream>>;
+pub(super) type Conn = Either<TcpStream, TlsStream<TcpStream>>;
 
 /// Idle connections by the address and kind they were opened for.
 type Idle = HashMap<(String, Kind), Vec<Conn>>;
@@ -126,6 +126,15 @@ impl Pool {
             .map_err(|e| CallError::NoAnswer(format!("{addr}: {e}")))?;
         self.put_idle(addr, kind, stream);
         Ok(response)
+    }
+
+    /// A connection of `kind` to `addr` for a conversation the caller
+    /// holds (and drops when it ends: it is not put back).
+    pub async fn open(&self, addr: &str, kind: Kind) -> Result<Conn, CallError> {
+        match self.take_idle(addr, kind) {
+            Some(conn) => Ok(conn),
+            None => self.connect(addr, kind, None).await,
+        }
     }
 
     /// A new connection, dialled by a task of its own: a caller whose

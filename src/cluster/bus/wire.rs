@@ -10,7 +10,9 @@ use openraft::raft::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::types::{Forward, Forwarded, NodeId, TypeConfig};
+use crate::cluster::types::{
+    Block, Blocked, ClusterRefusal, Forward, Forwarded, NodeId, TypeConfig,
+};
 
 /// The bus protocol's version: a server refuses a client that speaks
 /// another.
@@ -33,6 +35,10 @@ pub enum Kind {
     /// Clock probes: kept off the vote connection, so that a probe's round
     /// trip (its error bound) does not include a heartbeat's wait.
     Time,
+    /// A follower's blocked acquire waiting in the leader's queue: one per
+    /// connection, held for as long as the client waits (no forward
+    /// deadline). Closing it takes the waiter out of the queue.
+    Block,
 }
 
 impl Kind {
@@ -43,6 +49,7 @@ impl Kind {
             Kind::Snapshot => 3,
             Kind::Forward => 4,
             Kind::Time => 5,
+            Kind::Block => 6,
         }
     }
 }
@@ -60,7 +67,8 @@ impl Request {
                     Request::Vote(_) | Request::PreVote(_) | Request::TransferLeader(_)
                 )
                 | (Kind::Snapshot, Request::Snapshot { .. })
-                | (Kind::Forward, Request::Forward(_))
+                | (Kind::Forward, Request::Forward(_) | Request::Waiters(_))
+                | (Kind::Block, Request::Block(_) | Request::Take)
                 | (Kind::Time, Request::Time)
         )
     }
@@ -112,6 +120,15 @@ pub enum Request {
     Forward(Forward),
     /// What the node's clock reads (a peer's skew probe).
     Time,
+    /// A blocked acquire, to wait in the leader's queue. The leader
+    /// answers [`Response::Offer`] when the run is the waiter's turn (the
+    /// client says [`Request::Take`], or closes the connection), then
+    /// [`Response::Block`] once.
+    Block(Block),
+    /// The answer to an offer: the client still waits; grant it.
+    Take,
+    /// `LEASE.WAITERS run`, read from the leader's queue.
+    Waiters(Bytes),
 }
 
 /// The answer to a [`Request`], of the same variant; a remote Raft's
@@ -127,4 +144,10 @@ pub enum Response {
     Time {
         seconds: f64,
     },
+    /// The blocked acquire's turn came: the leader grants it only once
+    /// the client answers [`Request::Take`].
+    Offer,
+    /// How a blocked acquire ended.
+    Block(Blocked),
+    Waiters(Result<Vec<Bytes>, ClusterRefusal>),
 }
