@@ -144,7 +144,13 @@ impl Bus {
             Err(_) => return Err(ForwardError::NotSent(format!("{addr}: not sent in time"))),
         }
         let (to_follower, conversation) = mpsc::unbounded_channel();
-        tokio::spawn(converse(conn, to_follower));
+        let (pool, addr) = (self.pool.clone(), addr.to_string());
+        tokio::spawn(async move {
+            // Kept for the next blocked acquire if it ended in good order.
+            if let Some(conn) = converse(conn, to_follower).await {
+                pool.put_idle(&addr, Kind::Block, conn);
+            }
+        });
         Ok(conversation)
     }
 
@@ -226,40 +232,40 @@ impl std::error::Error for ForwardError {}
 
 /// A blocked acquire's conversation on its connection: the leader's
 /// offers and answer go to the follower's task, its takes to the leader.
-/// Ends (closing the connection) with the answer, when the connection is
-/// lost, or when the task drops its end.
-async fn converse(mut conn: Conn, to_follower: mpsc::UnboundedSender<FromLeader>) {
+/// Ends with the answer (giving the connection back), or when the
+/// connection is lost or the task drops its end (closing it).
+async fn converse(mut conn: Conn, to_follower: mpsc::UnboundedSender<FromLeader>) -> Option<Conn> {
     loop {
         let said = tokio::select! {
             said = read_frame::<_, Response>(&mut conn, MAX_FRAME) => said,
-            () = to_follower.closed() => return,
+            () = to_follower.closed() => return None,
         };
         match said {
             Ok(Response::Offer) => {
                 let (take, mut taken) = oneshot::channel();
                 if to_follower.send(FromLeader::Offer(take)).is_err() {
-                    return;
+                    return None;
                 }
                 let took = tokio::select! {
                     took = &mut taken => took.is_ok(),
                     () = to_follower.closed() => false,
                 };
                 if !took || write_frame(&mut conn, &Request::Take).await.is_err() {
-                    return;
+                    return None;
                 }
             }
             Ok(Response::Block(answer)) => {
                 let _ = to_follower.send(FromLeader::Answer(answer));
-                return;
+                return Some(conn);
             }
             Ok(other) => {
                 tracing::warn!(
                     "bus: a blocked acquire's connection: {}",
                     unexpected(&other)
                 );
-                return;
+                return None;
             }
-            Err(_) => return,
+            Err(_) => return None,
         }
     }
 }

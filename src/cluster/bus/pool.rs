@@ -228,7 +228,9 @@ impl Pool {
         idle.get(&(addr.to_string(), kind)).map_or(0, Vec::len)
     }
 
-    fn put_idle(&self, addr: &str, kind: Kind, stream: Conn) {
+    /// Keeps `stream` for the next call (or conversation) of `kind` to
+    /// `addr`.
+    pub(super) fn put_idle(&self, addr: &str, kind: Kind, stream: Conn) {
         let mut idle = self.idle.lock().unwrap();
         let streams = idle.entry((addr.to_string(), kind)).or_default();
         if streams.len() < MAX_IDLE {
