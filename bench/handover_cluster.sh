@@ -17,8 +17,10 @@
 #   --warmup N          hand-overs per round before those kept (100)
 #   --rounds R          rounds per target and waiter count (3)
 #   --port P            the nodes on P+1..P+3 (16700), their buses on
-#                       those + 10000
+#                       P+11..P+13
 #   --no-build          use the binaries in target/release as they are
+#   --leased BIN        the leased binary to measure (implies --no-build)
+#   --driver BIN        the examples/handover_latency binary to use
 set -euo pipefail
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -29,6 +31,7 @@ WARMUP=100
 ROUNDS=3
 PORT=16700
 BUILD=1
+DRIVER_BIN=""
 while (($#)); do
     case $1 in
     --waiters) WAITERS=$2; shift 2 ;;
@@ -37,21 +40,28 @@ while (($#)); do
     --rounds) ROUNDS=$2; shift 2 ;;
     --port) PORT=$2; shift 2 ;;
     --no-build) BUILD=0; shift ;;
+    --leased) LEASED_BIN=$2; BUILD=0; shift 2 ;;
+    --driver) DRIVER_BIN=$2; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
     esac
 done
-[[ $PORT =~ ^[1-9][0-9]*$ ]] && ((PORT + 10003 <= 65535)) || die "--port: at most 55532"
+[[ $PORT =~ ^[1-9][0-9]*$ ]] && ((PORT + 13 <= 65535)) || die "--port: at most 65522"
 
 need redis-cli || die "redis-cli is needed (apt-get install redis-tools)"
-build_driver handover_latency
+if [[ -n $DRIVER_BIN ]]; then
+    DRIVER=$DRIVER_BIN
+    [[ -x $LEASED_BIN ]] || die "$LEASED_BIN missing"
+else
+    build_driver handover_latency
+fi
 bench_init
 
 nodes=""
 for i in 1 2 3; do
     port_in_use $((PORT + i)) && die "port $((PORT + i)) is in use"
-    port_in_use $((PORT + i + 10000)) && die "port $((PORT + i + 10000)) (a bus) is in use"
-    nodes+="${nodes:+ }$i@127.0.0.1:$((PORT + i))"
+    port_in_use $((PORT + i + 10)) && die "port $((PORT + i + 10)) (a bus) is in use"
+    nodes+="${nodes:+ }$i@127.0.0.1:$((PORT + i))@$((PORT + i + 10))"
 done
 declare -A PIDS=()
 for i in 1 2 3; do
