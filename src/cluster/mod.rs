@@ -47,3 +47,5 @@ mod linearizable_tests;
 mod network;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod waiting_follower_tests;

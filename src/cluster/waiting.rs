@@ -41,7 +41,7 @@ use tracing::warn;
 use super::core::{ClusterCore, Outcomes, Wake};
 use super::leader_queue::{FromLeader, LeaderQueue};
 use super::types::{Block, Blocked, ClusterRefusal, Forwarded};
-use super::waiting_follower::{Turn, WaitOnLeader};
+use super::waiting_follower::{Turn, WaitOnLeader, leader_moved};
 use crate::core::waiters::{Granted, Waiter};
 use crate::core::{CoreAnswer, Refusal};
 use crate::registry::{Lease, Op, Outcome};
@@ -135,7 +135,7 @@ impl ClusterCore {
         let task = WaitOnLeader {
             block: remote.queue.block.clone(),
             leader,
-            raft: self.node.raft.clone(),
+            moved: Box::pin(leader_moved(self.node.raft.clone(), leader)),
             waiter,
             request,
             turn,

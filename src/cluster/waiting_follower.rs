@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use openraft::Raft;
 use openraft::async_runtime::WatchReceiver;
 use tokio::sync::{Notify, mpsc};
@@ -99,7 +100,8 @@ impl Drop for Done {
 pub(super) struct WaitOnLeader {
     pub block: Blocker,
     pub leader: NodeId,
-    pub raft: Raft<TypeConfig, StateMachine>,
+    /// Resolves when this node sees another leader ([`leader_moved`]).
+    pub moved: BoxFuture<'static, ()>,
     pub waiter: Waiter,
     pub request: Block,
     pub turn: Arc<Turn>,
@@ -115,7 +117,7 @@ impl WaitOnLeader {
         let WaitOnLeader {
             block,
             leader,
-            raft,
+            moved,
             mut waiter,
             request,
             turn,
@@ -130,8 +132,7 @@ impl WaitOnLeader {
                 return answer(&turn, waiter, Granted::Refused(Refusal::TryAgain(why)));
             }
         };
-        let moved = leader_moved(raft, leader);
-        tokio::pin!(moved);
+        let mut moved = moved;
         let far = Instant::now() + Duration::from_secs(86400 * 365);
         let timeout = tokio::time::sleep_until(deadline.unwrap_or(far));
         tokio::pin!(timeout);
@@ -252,7 +253,7 @@ fn granted(blocked: Blocked) -> Granted {
 }
 
 /// Resolves once this node sees another leader than `leader` (or none).
-async fn leader_moved(raft: Raft<TypeConfig, StateMachine>, leader: NodeId) {
+pub(super) async fn leader_moved(raft: Raft<TypeConfig, StateMachine>, leader: NodeId) {
     let mut metrics = raft.metrics();
     loop {
         if metrics.borrow_watched().current_leader != Some(leader) {
