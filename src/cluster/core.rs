@@ -37,9 +37,11 @@ use openraft::impls::ProgressResponder;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tracing::warn;
 
+use super::leader_queue::LeaderQueue;
 use super::node::Node;
 use super::reads::{ReadIndexAsker, Reads};
 use super::types::{ClusterRefusal, Command, Forward, Forwarded, NodeId, Tick};
+use super::waiting::{QueueEvent, Remote};
 use crate::config::{DirectiveError, SetError};
 use crate::core::waiters::{Waiter, Waiters};
 use crate::core::{
@@ -83,6 +85,16 @@ pub type Forwarder = Arc<
         + Sync,
 >;
 
+/// How a node reaches the leader: the bus, or a test's network.
+pub struct ToLeader {
+    /// Lease commands, as one forward a round.
+    pub forward: Forwarder,
+    /// A read index for reads served here.
+    pub read_index: ReadIndexAsker,
+    /// Blocked acquires and `LEASE.WAITERS`, in the leader's queue.
+    pub queue: LeaderQueue,
+}
+
 /// A follower's forward, as the leader's bus server hands it to the core.
 pub struct Forwarding {
     pub request: Forward,
@@ -108,6 +120,9 @@ struct Pending {
     answers: Vec<Option<CoreAnswer>>,
     /// `(position among the request's answers, position in the ops)`.
     waiting: Vec<(usize, usize)>,
+    /// Answers that come from elsewhere (a follower's `LEASE.WAITERS`,
+    /// from the leader), by position.
+    later: Vec<(usize, BoxFuture<'static, CoreAnswer>)>,
 }
 
 /// What comes back to the core from the tasks that wait for entries.
@@ -120,6 +135,8 @@ pub(super) enum Wake {
     },
     /// A round with releases was applied: runs may be free.
     Released,
+    /// Blocked acquires in the leader's queue (`waiting`).
+    Queue(QueueEvent),
 }
 
 pub struct ClusterCore {
@@ -130,11 +147,15 @@ pub struct ClusterCore {
     stats: Arc<Mutex<CommandStats>>,
     /// How long a command may wait for its entry to be applied before it
     /// is answered `-UNCERTAIN`.
-    patience: Duration,
+    pub(super) patience: Duration,
     /// This node's blocked acquires (`waiting`).
     pub(super) waiters: Waiters,
-    /// Runs with an acquire for their head waiter on its way.
+    /// Runs with an acquire for their head waiter on its way (or offered
+    /// to a follower's waiter).
     pub(super) trying: HashSet<Bytes>,
+    /// Followers' waiters in this leader's queue, and this follower's
+    /// clients in the leader's.
+    pub(super) remote: Remote,
     pub(super) wake: mpsc::UnboundedSender<Wake>,
     wakes: Option<mpsc::UnboundedReceiver<Wake>>,
     /// The leader last seen: when it changes, blocked clients are told.
@@ -146,14 +167,18 @@ pub struct ClusterCore {
 impl ClusterCore {
     pub fn new(
         node: Arc<Node>,
-        forward: Forwarder,
-        ask: ReadIndexAsker,
+        to_leader: ToLeader,
         shared: Arc<Shared>,
         patience: Duration,
     ) -> ClusterCore {
         let (wake, wakes) = mpsc::unbounded_channel();
         let stats = Arc::new(Mutex::new(CommandStats::default()));
-        let reads = Reads::start(node.clone(), ask, stats.clone(), patience);
+        let ToLeader {
+            forward,
+            read_index,
+            queue,
+        } = to_leader;
+        let reads = Reads::start(node.clone(), read_index, stats.clone(), patience);
         ClusterCore {
             node,
             forward,
@@ -162,10 +187,18 @@ impl ClusterCore {
             patience,
             waiters: Waiters::default(),
             trying: HashSet::new(),
+            remote: Remote::new(queue),
             wake,
             wakes: Some(wakes),
             leader: None,
             reads,
+        }
+    }
+
+    /// Where followers' blocked acquires and queue reads reach this core.
+    pub fn queue_handle(&self) -> super::leader_queue::QueueHandle {
+        super::leader_queue::QueueHandle {
+            wake: self.wake.clone(),
         }
     }
 
@@ -223,9 +256,7 @@ impl ClusterCore {
                     continue;
                 }
                 Some(wake) = wakes.recv() => {
-                    if let Wake::Tried { run, waiter, outcome } = wake {
-                        self.tried(run, waiter, outcome).await;
-                    }
+                    self.woken(wake).await;
                     self.serve_waiters().await;
                     continue;
                 }
@@ -272,6 +303,7 @@ impl ClusterCore {
                 reply,
                 answers: Vec::with_capacity(commands.len()),
                 waiting: Vec::new(),
+                later: Vec::new(),
             };
             for command in commands {
                 let answer = match command {
@@ -295,6 +327,12 @@ impl ClusterCore {
                         Some(refused) => Some(CoreAnswer::Refused(refused)),
                         None => Some(self.acquire_blocking(op, timeout, client_id)),
                     },
+                    // The queue is the leader's.
+                    CoreCommand::Waiters(run) if !leading => {
+                        let at = request.answers.len();
+                        request.later.push((at, self.leader_waiters(run)));
+                        None
+                    }
                     other => Some(self.execute(other)),
                 };
                 request.answers.push(answer);
@@ -314,6 +352,11 @@ impl ClusterCore {
             let outcomes = outcomes.await;
             // The next round may go to the log.
             drop(permit);
+            for request in &mut pending {
+                for (at, later) in request.later.drain(..) {
+                    request.answers[at] = Some(later.await);
+                }
+            }
             if let Some(wake) = wake {
                 let _ = wake.send(Wake::Released);
             }
@@ -339,9 +382,11 @@ impl ClusterCore {
         }
     }
 
-    /// Whether `op` is an acquire of a run this node's clients wait for.
+    /// Whether `op` is an acquire of a run clients wait for in this node's
+    /// queue, or that is on its way to one of them.
     fn waited_for(&self, op: &Op) -> bool {
-        matches!(op, Op::Acquire { run_id, .. } if self.waiters.has_waiters(run_id))
+        matches!(op, Op::Acquire { run_id, .. }
+            if self.waiters.has_waiters(run_id) || self.trying.contains(run_id))
     }
 
     /// Appends `ops` as one entry stamped with this leader's time; the
@@ -491,7 +536,7 @@ impl ClusterCore {
             token_ceiling: registry.last_token(),
             registry_time: registry.time(),
             lease_ttl: registry.default_ttl(),
-            blocked_clients: self.waiters.count(),
+            blocked_clients: self.blocked_clients(),
             run_data: registry.data_count(),
             run_data_bytes: registry.data_memory(),
             history_entries: registry.history_entries(),
@@ -591,7 +636,7 @@ fn answer(pending: Vec<Pending>, outcomes: Outcomes, took: Duration) {
 }
 
 /// A leader's refusal as this node's.
-fn local(refused: &ClusterRefusal) -> Refusal {
+pub(super) fn local(refused: &ClusterRefusal) -> Refusal {
     match refused {
         ClusterRefusal::TryAgain(why) => Refusal::TryAgain(why.clone()),
         ClusterRefusal::Uncertain(why) => Refusal::Uncertain(why.clone()),

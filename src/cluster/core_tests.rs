@@ -10,7 +10,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
-use super::core::{ForwardFailure, Forwarder, Forwarding};
+use super::core::{ForwardFailure, Forwarder, Forwarding, ToLeader};
+use super::leader_queue::{LeaderQueue, QueueHandle};
 use super::network::{Links, Router};
 use super::node::{Node as RaftNode, Storage};
 use super::reads::{ReadIndexAsker, read_index};
@@ -30,6 +31,9 @@ type Forwards = Arc<Mutex<HashMap<NodeId, mpsc::Sender<Forwarding>>>>;
 
 /// Every node, for the test network's read-index calls.
 type Nodes = Arc<Mutex<HashMap<NodeId, Arc<RaftNode>>>>;
+
+/// Every node's queue, for the test network's way to the leader's queue.
+type Queues = Arc<Mutex<HashMap<NodeId, QueueHandle>>>;
 
 struct Node {
     started: Started,
@@ -91,6 +95,36 @@ fn asker(from: NodeId, router: Arc<Router>, nodes: Nodes) -> ReadIndexAsker {
     })
 }
 
+/// The way to the leader's queue through the router's links (a cut link
+/// loses the request before it is sent); the conversation itself is not
+/// cut with the link.
+fn leader_queue(from: NodeId, router: Arc<Router>, queues: Queues) -> LeaderQueue {
+    let target = move |to: NodeId| {
+        let queue = queues.lock().unwrap().get(&to).cloned();
+        match (queue, router.reachable(from, to)) {
+            (Some(queue), true) => Ok(queue),
+            _ => Err(ForwardFailure::NotSent(format!(
+                "link {from} -> {to} is cut"
+            ))),
+        }
+    };
+    let target = Arc::new(target);
+    let asking = target.clone();
+    LeaderQueue {
+        block: Arc::new(move |to, block| {
+            let queue = target(to);
+            Box::pin(async move { Ok(queue?.block(block)) })
+        }),
+        waiters: Arc::new(move |to, run| {
+            let queue = asking(to);
+            Box::pin(async move {
+                (queue?.waiters(run).await)
+                    .map_err(|refused| ForwardFailure::NoAnswer(format!("{refused:?}")))
+            })
+        }),
+    }
+}
+
 impl Cluster {
     pub(super) async fn start(ids: &[NodeId]) -> Cluster {
         Cluster::start_with(ids, &[]).await
@@ -102,6 +136,7 @@ impl Cluster {
         let router = Arc::new(Router::default());
         let forwards: Forwards = Arc::default();
         let raft_nodes: Nodes = Arc::default();
+        let queues: Queues = Arc::default();
         let mut nodes = HashMap::new();
         for (index, &id) in ids.iter().enumerate() {
             let offset = offsets.get(index).copied().unwrap_or(0.0);
@@ -131,9 +166,21 @@ impl Cluster {
             let forward = forwarder(id, router.clone(), forwards.clone());
             let ask = asker(id, router.clone(), raft_nodes.clone());
             let make = Arc::new(|| Registry::new(10.0, 0));
-            let started = start::start(settings, shared.clone(), links, forward, ask, make)
-                .await
-                .unwrap();
+            let queue = leader_queue(id, router.clone(), queues.clone());
+            let started = start::start(
+                settings,
+                shared.clone(),
+                links,
+                ToLeader {
+                    forward,
+                    read_index: ask,
+                    queue,
+                },
+                make,
+            )
+            .await
+            .unwrap();
+            queues.lock().unwrap().insert(id, started.queue.clone());
             router.add(id, started.node.raft.clone());
             (raft_nodes.lock().unwrap()).insert(id, started.node.clone());
             forwards
@@ -341,10 +388,21 @@ async fn block(
     op: Op,
     timeout: Option<Duration>,
 ) -> oneshot::Receiver<crate::core::Granted> {
+    block_as(cluster, id, op, timeout, 7).await
+}
+
+/// A blocked acquire sent to node `id` by client `client_id`.
+async fn block_as(
+    cluster: &Cluster,
+    id: NodeId,
+    op: Op,
+    timeout: Option<Duration>,
+    client_id: u64,
+) -> oneshot::Receiver<crate::core::Granted> {
     let command = CoreCommand::AcquireBlocking {
         op,
         timeout,
-        client_id: 7,
+        client_id,
     };
     match cluster.core(id).call(vec![command]).await.answers.pop() {
         Some(CoreAnswer::Blocked(receiver)) => receiver,
@@ -417,5 +475,182 @@ async fn a_blocked_acquire_times_out_and_blocked_clients_hear_of_a_new_leader() 
     assert!(
         matches!(granted, crate::core::Granted::Refused(Refusal::TryAgain(_))),
         "{granted:?}"
+    );
+}
+
+/// `LEASE.WAITERS run` on node `id`.
+async fn waiters(cluster: &Cluster, id: NodeId, run: &'static str) -> Vec<Bytes> {
+    let command = CoreCommand::Waiters(Bytes::from_static(run.as_bytes()));
+    match cluster.core(id).call(vec![command]).await.answers.pop() {
+        Some(CoreAnswer::Workers(workers)) => workers,
+        other => panic!("not workers: {other:?}"),
+    }
+}
+
+/// Waits until the leader's queue for `run` is `expected` (as node `id`
+/// reports it).
+async fn queue_is(cluster: &Cluster, id: NodeId, run: &'static str, expected: &[&str]) {
+    let expected: Vec<Bytes> = (expected.iter())
+        .map(|worker| Bytes::copy_from_slice(worker.as_bytes()))
+        .collect();
+    let seen = async {
+        while waiters(cluster, id, run).await != expected {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(WAIT, seen)
+        .await
+        .unwrap_or_else(|_| panic!("node {id} never saw {expected:?} waiting for {run}"));
+}
+
+/// The lease a blocked acquire was granted.
+async fn granted(receiver: oneshot::Receiver<crate::core::Granted>) -> Lease {
+    match tokio::time::timeout(WAIT, receiver).await {
+        Ok(Ok(crate::core::Granted::Lease(lease, None))) => lease,
+        other => panic!("not granted: {other:?}"),
+    }
+}
+
+fn others(leader: NodeId) -> (NodeId, NodeId) {
+    let mut rest = [1, 2, 3].into_iter().filter(|&id| id != leader);
+    (rest.next().unwrap(), rest.next().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_on_the_followers_and_the_leader_are_granted_in_arrival_order() {
+    let cluster = Cluster::start(&[1, 2, 3]).await;
+    let leader = cluster.leader(&[1, 2, 3]).await;
+    let (one, two) = others(leader);
+    let mut held = lease(&cluster.call(leader, vec![acquire("a", "w0")]).await[0]);
+    cluster.converge(&[1, 2, 3], 1).await;
+
+    // Each joins once the one before is in the leader's queue.
+    let order = [(one, "w1"), (leader, "w2"), (two, "w3"), (one, "w4")];
+    let mut blocked = Vec::new();
+    let mut queued = Vec::new();
+    for (client, (node, worker)) in order.into_iter().enumerate() {
+        let waiting = block_as(
+            &cluster,
+            node,
+            acquire("a", worker),
+            None,
+            client as u64 + 1,
+        );
+        blocked.push(waiting.await);
+        queued.push(worker);
+        queue_is(&cluster, leader, "a", &queued).await;
+    }
+    // Every node reads the leader's queue; no node lets an ordinary
+    // acquire jump it.
+    for node in [1, 2, 3] {
+        queue_is(&cluster, node, "a", &queued).await;
+        let answers = cluster.call(node, vec![acquire("a", "jumper")]).await;
+        assert!(
+            matches!(answers[0], CoreAnswer::Outcome(Outcome::Acquired(None))),
+            "node {node}: {:?}",
+            answers[0]
+        );
+    }
+
+    // Released from a follower each time: the head of the queue gets it.
+    for (waiting, expected) in blocked.into_iter().zip(["w1", "w2", "w3", "w4"]) {
+        assert!(flag(&cluster.call(two, vec![release(&held)]).await[0]));
+        let lease = granted(waiting).await;
+        assert_eq!(lease.worker_id, Bytes::from_static(expected.as_bytes()));
+        assert_eq!(lease.fencing_token, held.fencing_token + 1);
+        held = lease;
+    }
+    queue_is(&cluster, one, "a", &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_waiter_that_times_out_or_leaves_is_never_granted() {
+    let cluster = Cluster::start(&[1, 2, 3]).await;
+    let leader = cluster.leader(&[1, 2, 3]).await;
+    let (one, two) = others(leader);
+    let held = lease(&cluster.call(leader, vec![acquire("a", "w0")]).await[0]);
+    cluster.converge(&[1, 2, 3], 1).await;
+
+    // Times out: null, and it leaves the leader's queue.
+    let short = block_as(
+        &cluster,
+        one,
+        acquire("a", "w1"),
+        Some(Duration::from_millis(300)),
+        1,
+    );
+    let short = short.await;
+    queue_is(&cluster, leader, "a", &["w1"]).await;
+    let timed_out = tokio::time::timeout(WAIT, short).await.unwrap().unwrap();
+    assert!(
+        matches!(timed_out, crate::core::Granted::TimedOut),
+        "{timed_out:?}"
+    );
+    queue_is(&cluster, leader, "a", &[]).await;
+
+    // Leaves (its connection closes): out of the queue too.
+    let gone = block_as(&cluster, two, acquire("a", "w2"), None, 2).await;
+    queue_is(&cluster, leader, "a", &["w2"]).await;
+    drop(gone);
+    queue_is(&cluster, leader, "a", &[]).await;
+
+    // CLIENT UNBLOCK on its follower: answered at once, out of the queue.
+    let unblocked = block_as(&cluster, one, acquire("a", "w3"), None, 3).await;
+    queue_is(&cluster, leader, "a", &["w3"]).await;
+    let unblock = CoreCommand::Unblock {
+        client_id: 3,
+        error: true,
+    };
+    let answers = cluster.core(one).call(vec![unblock]).await.answers;
+    assert!(flag(&answers[0]));
+    let answer = tokio::time::timeout(WAIT, unblocked)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(answer, crate::core::Granted::Unblocked),
+        "{answer:?}"
+    );
+    queue_is(&cluster, leader, "a", &[]).await;
+
+    // Nobody took a token: the next acquire after the release gets 2.
+    assert!(flag(&cluster.call(leader, vec![release(&held)]).await[0]));
+    let next = lease(&cluster.call(two, vec![acquire("a", "w4")]).await[0]);
+    assert_eq!(next.fencing_token, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocked_clients_of_every_node_hear_try_again_when_the_leader_changes() {
+    let cluster = Cluster::start(&[1, 2, 3]).await;
+    let old = cluster.leader(&[1, 2, 3]).await;
+    let (one, two) = others(old);
+    lease(&cluster.call(old, vec![acquire("a", "w0")]).await[0]);
+    cluster.converge(&[1, 2, 3], 1).await;
+
+    let on_leader = block_as(&cluster, old, acquire("a", "w1"), None, 1).await;
+    let on_follower = block_as(&cluster, one, acquire("a", "w2"), None, 2).await;
+    queue_is(&cluster, old, "a", &["w1", "w2"]).await;
+
+    cluster.router.isolate(old);
+    let answer = tokio::time::timeout(WAIT, on_follower)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(answer, crate::core::Granted::Refused(Refusal::TryAgain(_))),
+        "{answer:?}"
+    );
+    let new = cluster.leader(&[one, two]).await;
+    // The new leader's queue starts empty; blocking again works there.
+    queue_is(&cluster, new, "a", &[]).await;
+    cluster.router.heal();
+    // The old leader hears of the new one: its queue is answered.
+    let answer = tokio::time::timeout(WAIT, on_leader)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(answer, crate::core::Granted::Refused(Refusal::TryAgain(_))),
+        "{answer:?}"
     );
 }

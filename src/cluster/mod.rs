@@ -14,8 +14,10 @@
 //! [`snapshot_file`]) or in memory; a node that writes through
 //! its Raft ([`node`]) with the leader's stamps ([`stamp`]); the node bus
 //! ([`bus`]: TCP between nodes for openraft's RPCs and forwarded
-//! commands); the core task connections talk to ([`core`]) and its reads,
-//! served at a read index rather than through the log ([`reads`]); the start of
+//! commands); the core task connections talk to ([`core`]), its reads,
+//! served at a read index rather than through the log ([`reads`]), and
+//! blocked acquires waiting in the leader's queue ([`leader_queue`]); the
+//! start of
 //! a node inside the server ([`start`]); a node whose clock is too far
 //! from the others' refusing to lead ([`skew`], [`clock_guard`]); and what
 //! ROLE, INFO and CLUSTER show ([`status`], [`views`]). docs/cluster.md
@@ -25,6 +27,7 @@ pub mod bus;
 pub mod clock_guard;
 pub mod core;
 pub mod disk;
+pub mod leader_queue;
 pub mod log_store;
 pub mod node;
 pub mod reads;
@@ -39,6 +42,7 @@ pub mod status;
 pub mod types;
 pub mod views;
 mod waiting;
+mod waiting_follower;
 
 #[cfg(test)]
 mod core_tests;
@@ -50,3 +54,5 @@ mod network;
 mod reads_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod waiting_follower_tests;

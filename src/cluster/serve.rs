@@ -16,7 +16,8 @@ use tracing::{info, warn};
 
 use super::bus::{Bus, ForwardError, ForwardHandler, Handlers, serve, serve_tls};
 use super::clock_guard::{self, Guard};
-use super::core::{ForwardFailure, Forwarder, Forwarding};
+use super::core::{ForwardFailure, Forwarder, Forwarding, ToLeader};
+use super::leader_queue::LeaderQueue;
 use super::node::{StartError, Storage};
 use super::reads::{self, ReadIndexAsker};
 use super::stamp::Clock;
@@ -77,6 +78,7 @@ pub async fn start(
     drop(config);
     let forward = forwarder(bus.clone());
     let read_index = asker(bus.clone());
+    let queue = leader_queue(bus.clone());
     let ask = clock_guard::over_bus(bus.clone());
     let shutdown = shared.shutdown.clone();
     // The wall clock the leader's stamps are anchored to, as the server
@@ -93,8 +95,11 @@ pub async fn start(
         settings,
         shared.clone(),
         bus,
-        forward,
-        read_index,
+        ToLeader {
+            forward,
+            read_index,
+            queue,
+        },
         make,
         guarded,
     )
@@ -102,6 +107,7 @@ pub async fn start(
     let handler = Handlers {
         forward: handler(started.forwards.clone()),
         read_index: reads::handler(started.node.clone()),
+        queue: Some(started.queue.clone()),
     };
     let raft = started.node.raft.clone();
     let in_tls = if tls.is_some() { " in TLS" } else { "" };
@@ -177,6 +183,35 @@ fn asker(bus: Bus) -> ReadIndexAsker {
         }
         .boxed()
     })
+}
+
+/// Reaches the leader's queue over the bus, at the address this node
+/// knows it by.
+fn leader_queue(bus: Bus) -> LeaderQueue {
+    let asking = bus.clone();
+    let failure = |error| match error {
+        ForwardError::NotSent(why) => ForwardFailure::NotSent(why),
+        ForwardError::NoAnswer(why) => ForwardFailure::NoAnswer(why),
+    };
+    let not_a_peer = |to| ForwardFailure::NotSent(format!("node {to} is not a peer"));
+    LeaderQueue {
+        block: Arc::new(move |to, block| {
+            let bus = bus.clone();
+            async move {
+                let addr = bus.peer_addr(to).ok_or_else(|| not_a_peer(to))?.to_string();
+                bus.block(&addr, block).await.map_err(failure)
+            }
+            .boxed()
+        }),
+        waiters: Arc::new(move |to, run| {
+            let bus = asking.clone();
+            async move {
+                let addr = bus.peer_addr(to).ok_or_else(|| not_a_peer(to))?.to_string();
+                bus.waiters(&addr, run).await.map_err(failure)
+            }
+            .boxed()
+        }),
+    }
 }
 
 /// Hands a follower's forward to this node's core.

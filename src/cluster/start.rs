@@ -14,9 +14,9 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::core::{ClusterCore, Forwarder, Forwarding};
+use super::core::{ClusterCore, Forwarding, ToLeader};
+use super::leader_queue::QueueHandle;
 use super::node::{Node, StartError, Storage};
-use super::reads::ReadIndexAsker;
 use super::stamp::{Anchor, Clock};
 use super::state_machine::{MakeRegistry, StateMachine};
 use super::status::{Address, ClusterStatus};
@@ -80,6 +80,8 @@ pub struct Started {
     pub core: CoreHandle,
     /// Where the bus server hands followers' forwards.
     pub forwards: mpsc::Sender<Forwarding>,
+    /// Where the bus server hands followers' blocked acquires.
+    pub queue: QueueHandle,
     /// Resolves once the core has stopped (the last [`CoreHandle`] gone)
     /// and the node's Raft has shut down.
     pub task: JoinHandle<()>,
@@ -91,15 +93,14 @@ pub async fn start<N>(
     settings: Settings,
     shared: Arc<Shared>,
     network: N,
-    forward: Forwarder,
-    ask: ReadIndexAsker,
+    to_leader: ToLeader,
     make: MakeRegistry,
 ) -> Result<Started, StartError>
 where
     N: RaftNetworkFactory<TypeConfig>,
     N::Network: NetSnapshot<TypeConfig, SnapshotData = bytes::Bytes>,
 {
-    start_with(settings, shared, network, forward, ask, make, |_| {}).await
+    start_with(settings, shared, network, to_leader, make, |_| {}).await
 }
 
 /// [`start`], running `prepare` on the node's Raft before it joins its
@@ -109,8 +110,7 @@ pub async fn start_with<N>(
     settings: Settings,
     shared: Arc<Shared>,
     network: N,
-    forward: Forwarder,
-    ask: ReadIndexAsker,
+    to_leader: ToLeader,
     make: MakeRegistry,
     prepare: impl FnOnce(&Raft<TypeConfig, StateMachine>),
 ) -> Result<Started, StartError>
@@ -144,10 +144,10 @@ where
         shared.clone(),
         anchor,
     ));
-    let (queue, batches) = mpsc::channel(QUEUE_DEPTH);
+    let (batch_queue, batches) = mpsc::channel(QUEUE_DEPTH);
     let (forwards, forwarded) = mpsc::channel(QUEUE_DEPTH);
-    let patience = settings.patience;
-    let core = ClusterCore::new(node.clone(), forward, ask, shared.clone(), patience);
+    let core = ClusterCore::new(node.clone(), to_leader, shared.clone(), settings.patience);
+    let waiting = core.queue_handle();
     let stopping = node.clone();
     let task = tokio::spawn(async move {
         core.run(batches, forwarded).await;
@@ -159,8 +159,9 @@ where
     });
     Ok(Started {
         node,
-        core: CoreHandle::new(queue),
+        core: CoreHandle::new(batch_queue),
         forwards,
+        queue: waiting,
         task,
     })
 }

@@ -83,6 +83,27 @@ pub struct ReadIndex {
     pub time: f64,
 }
 
+/// A follower's client's blocked acquire (`LEASE.ACQUIRE ... BLOCK`),
+/// sent to the leader to wait in its queue (`waiting.rs`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Block {
+    /// The acquire, on the server's clock.
+    pub op: Op,
+    /// The `BLOCK` timeout in milliseconds (`None`: forever).
+    pub timeout_ms: Option<u64>,
+}
+
+/// How a blocked acquire sent to the leader ended.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum Blocked {
+    /// The run (`Acquired(Some)`, `AcquiredData`), or every token is
+    /// issued (`TokensExhausted`).
+    Outcome(Outcome),
+    /// The timeout ran out: null.
+    TimedOut,
+    Refused(ClusterRefusal),
+}
+
 /// The leader's answer to one forwarded op.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Forwarded {

@@ -26,9 +26,13 @@ use openraft::raft::{
 };
 use openraft::{BasicNode, OptionalSend, RaftNetworkFactory, RaftNetworkV2};
 
-use super::pool::{CallError, Pool};
+use tokio::sync::{mpsc, oneshot};
+
+use super::frame::{MAX_FRAME, read_frame, write_frame};
+use super::pool::{CallError, Conn, Pool};
 use super::wire::{Kind, Request, Response};
-use crate::cluster::types::{Forward, Forwarded, NodeId, ReadIndex, TypeConfig};
+use crate::cluster::leader_queue::{Conversation, FromLeader};
+use crate::cluster::types::{Block, Forward, Forwarded, NodeId, ReadIndex, TypeConfig};
 
 /// How long dialling a peer and its handshake may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -139,6 +143,64 @@ impl Bus {
         }
     }
 
+    /// Sends a follower's client's blocked acquire to the node at `addr`
+    /// (the leader's bus address) to wait in its queue, on a connection of
+    /// its own: resolves once it is sent, with the conversation (offers,
+    /// then the answer; it ends if the connection is lost). Dropping the
+    /// conversation closes the connection, which takes the waiter out of
+    /// the queue. Only sending it has a deadline.
+    pub async fn block(&self, addr: &str, block: Block) -> Result<Conversation, ForwardError> {
+        let opened = self.pool.open(addr, Kind::Block);
+        let mut conn = match tokio::time::timeout(self.forward_timeout, opened).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(CallError::NotSent(why) | CallError::NoAnswer(why))) => {
+                return Err(ForwardError::NotSent(why));
+            }
+            Ok(Err(CallError::TimedOut { .. })) | Err(_) => {
+                let why = format!("{addr}: no connection within {:?}", self.forward_timeout);
+                return Err(ForwardError::NotSent(why));
+            }
+        };
+        let request = Request::Block(block);
+        let sent = tokio::time::timeout(self.forward_timeout, write_frame(&mut conn, &request));
+        match sent.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => return Err(ForwardError::NotSent(format!("{addr}: {error}"))),
+            Err(_) => return Err(ForwardError::NotSent(format!("{addr}: not sent in time"))),
+        }
+        let (to_follower, conversation) = mpsc::unbounded_channel();
+        let (pool, addr) = (self.pool.clone(), addr.to_string());
+        tokio::spawn(async move {
+            // Kept for the next blocked acquire if it ended in good order.
+            if let Some(conn) = converse(conn, to_follower).await {
+                pool.put_idle(&addr, Kind::Block, conn);
+            }
+        });
+        Ok(conversation)
+    }
+
+    /// `LEASE.WAITERS run` from the queue of the node at `addr`.
+    pub async fn waiters(&self, addr: &str, run: Bytes) -> Result<Vec<Bytes>, ForwardError> {
+        let request = Request::Waiters(run);
+        let called = (self.pool)
+            .call(addr, Kind::Forward, None, &request, self.forward_timeout)
+            .await;
+        match called {
+            Ok(Response::Waiters(Ok(workers))) => Ok(workers),
+            Ok(Response::Waiters(Err(refused))) => {
+                Err(ForwardError::NoAnswer(format!("{refused:?}")))
+            }
+            Ok(other) => Err(ForwardError::NoAnswer(unexpected(&other))),
+            Err(CallError::NotSent(why) | CallError::NoAnswer(why)) => {
+                Err(ForwardError::NoAnswer(why))
+            }
+            Err(CallError::TimedOut { .. }) => Err(ForwardError::NoAnswer(format!(
+                "{addr}: no answer within {:?}",
+                self.forward_timeout
+            ))),
+        }
+    }
+
     /// What node `target`'s clock reads, asked over a connection of its
     /// own (a skew probe: the caller times the round trip).
     pub async fn time(&self, target: NodeId, timeout: Duration) -> Result<f64, String> {
@@ -192,6 +254,46 @@ impl fmt::Display for ForwardError {
 }
 
 impl std::error::Error for ForwardError {}
+
+/// A blocked acquire's conversation on its connection: the leader's
+/// offers and answer go to the follower's task, its takes to the leader.
+/// Ends with the answer (giving the connection back), or when the
+/// connection is lost or the task drops its end (closing it).
+async fn converse(mut conn: Conn, to_follower: mpsc::UnboundedSender<FromLeader>) -> Option<Conn> {
+    loop {
+        let said = tokio::select! {
+            said = read_frame::<_, Response>(&mut conn, MAX_FRAME) => said,
+            () = to_follower.closed() => return None,
+        };
+        match said {
+            Ok(Response::Offer) => {
+                let (take, mut taken) = oneshot::channel();
+                if to_follower.send(FromLeader::Offer(take)).is_err() {
+                    return None;
+                }
+                let took = tokio::select! {
+                    took = &mut taken => took.is_ok(),
+                    () = to_follower.closed() => false,
+                };
+                if !took || write_frame(&mut conn, &Request::Take).await.is_err() {
+                    return None;
+                }
+            }
+            Ok(Response::Block(answer)) => {
+                let _ = to_follower.send(FromLeader::Answer(answer));
+                return Some(conn);
+            }
+            Ok(other) => {
+                tracing::warn!(
+                    "bus: a blocked acquire's connection: {}",
+                    unexpected(&other)
+                );
+                return None;
+            }
+            Err(_) => return None,
+        }
+    }
+}
 
 fn unexpected(response: &Response) -> String {
     format!("answered with the wrong kind of response: {response:?}")

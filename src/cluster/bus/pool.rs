@@ -34,7 +34,7 @@ use crate::cluster::types::NodeId;
 const MAX_IDLE: usize = 4;
 
 /// A connection, in TLS or not.
-type Conn = Either<TcpStream, TlsStream<TcpStream>>;
+pub(super) type Conn = Either<TcpStream, TlsStream<TcpStream>>;
 
 /// Idle connections by the address and kind they were opened for.
 type Idle = HashMap<(String, Kind), Vec<Conn>>;
@@ -128,6 +128,15 @@ impl Pool {
         Ok(response)
     }
 
+    /// A connection of `kind` to `addr` for a conversation the caller
+    /// holds (and drops when it ends: it is not put back).
+    pub async fn open(&self, addr: &str, kind: Kind) -> Result<Conn, CallError> {
+        match self.take_idle(addr, kind) {
+            Some(conn) => Ok(conn),
+            None => self.connect(addr, kind, None).await,
+        }
+    }
+
     /// A new connection, dialled by a task of its own: a caller whose
     /// deadline passes mid-dial leaves the connection to the pool, so a
     /// short deadline (a heartbeat's) under load does not dial forever
@@ -219,7 +228,9 @@ impl Pool {
         idle.get(&(addr.to_string(), kind)).map_or(0, Vec::len)
     }
 
-    fn put_idle(&self, addr: &str, kind: Kind, stream: Conn) {
+    /// Keeps `stream` for the next call (or conversation) of `kind` to
+    /// `addr`.
+    pub(super) fn put_idle(&self, addr: &str, kind: Kind, stream: Conn) {
         let mut idle = self.idle.lock().unwrap();
         let streams = idle.entry((addr.to_string(), kind)).or_default();
         if streams.len() < MAX_IDLE {

@@ -4,6 +4,9 @@
 //! requests for a read index).
 //!
 //! One task per connection, one call at a time on it, answered in order.
+//! A blocked acquire ([`wire::Kind::Block`](super::wire::Kind::Block)) is
+//! a conversation: it holds its connection until it ends, and the
+//! connection closing takes the waiter out of the queue.
 //! Cancelling the shutdown token stops accepting and closes every
 //! connection, calls in progress included.
 
@@ -17,7 +20,7 @@ use futures_util::future::BoxFuture;
 use openraft::Raft;
 use openraft::async_runtime::WatchReceiver;
 use openraft::storage::Snapshot;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
@@ -27,8 +30,11 @@ use super::frame::{FrameError, MAX_FRAME, read_frame, write_frame};
 use super::handshake::{Refusal, admit};
 use super::wire::{Request, Response};
 use crate::cluster::clock_guard::Guard;
+use crate::cluster::leader_queue::{FromLeader, QueueHandle};
 use crate::cluster::state_machine::StateMachine;
-use crate::cluster::types::{Forward, Forwarded, NodeId, ReadIndex, TypeConfig};
+use crate::cluster::types::{
+    Block, Blocked, ClusterRefusal, Forward, Forwarded, NodeId, ReadIndex, TypeConfig,
+};
 
 /// Runs a follower's forwarded ops on this node (the leader) and answers
 /// one [`Forwarded`] per op.
@@ -38,11 +44,14 @@ pub type ForwardHandler = Arc<dyn Fn(Forward) -> BoxFuture<'static, Vec<Forwarde
 pub type ReadIndexHandler =
     Arc<dyn Fn() -> BoxFuture<'static, Result<ReadIndex, String>> + Send + Sync>;
 
-/// What answers a peer's calls that are not Raft's.
+/// What answers a peer's calls that are not Raft's: followers' forwards,
+/// their requests for a read index, and their blocked acquires and
+/// `LEASE.WAITERS` (the queue, if this node has one).
 #[derive(Clone)]
 pub struct Handlers {
     pub forward: ForwardHandler,
     pub read_index: ReadIndexHandler,
+    pub queue: Option<QueueHandle>,
 }
 
 /// How long a peer has to finish its handshake.
@@ -208,6 +217,18 @@ where
             );
             return;
         }
+        let request = match request {
+            Request::Block(block) => match blocked(&mut stream, context, block).await {
+                true => continue,
+                false => return,
+            },
+            // Only ever an answer to an offer.
+            Request::Take => {
+                tracing::warn!("bus: closing node {node}'s connection from {peer}: a stray Take");
+                return;
+            }
+            request => request,
+        };
         let response = answer(context, request).await;
         if let Err(error) = write_frame(&mut stream, &response).await {
             tracing::debug!("bus: cannot answer node {node} at {peer}: {error}");
@@ -248,10 +269,67 @@ async fn answer(context: &Context, request: Request) -> Response {
         }
         Request::Forward(forward) => Response::Forward((context.handlers.forward)(forward).await),
         Request::ReadIndex => Response::ReadIndex((context.handlers.read_index)().await),
+        Request::Waiters(run) => Response::Waiters(match &context.handlers.queue {
+            Some(queue) => queue.waiters(run).await,
+            None => Err(no_queue()),
+        }),
+        Request::Block(_) | Request::Take => unreachable!("a conversation of its own"),
         Request::Time => Response::Time {
             seconds: context.guard.now(),
         },
     }
+}
+
+/// A follower's blocked acquire, held until it ends: the queue's offers
+/// and answer go to the follower, its takes come back. False if the
+/// connection is to be closed (the follower left, or broke the protocol;
+/// then the waiter leaves the queue, and an offer is declined).
+async fn blocked<S>(stream: &mut S, context: &Context, block: Block) -> bool
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let Some(queue) = &context.handlers.queue else {
+        let answer = Response::Block(Blocked::Refused(no_queue()));
+        return write_frame(stream, &answer).await.is_ok();
+    };
+    let mut conversation = queue.block(block);
+    let mut byte = [0; 1];
+    loop {
+        // The follower says nothing until offered: any byte (or its end)
+        // means it left.
+        let said = tokio::select! {
+            said = conversation.recv() => said,
+            _ = stream.read(&mut byte) => return false,
+        };
+        match said {
+            Some(FromLeader::Answer(answer)) => {
+                return write_frame(stream, &Response::Block(answer)).await.is_ok();
+            }
+            Some(FromLeader::Offer(mut take)) => {
+                if write_frame(stream, &Response::Offer).await.is_err() {
+                    return false;
+                }
+                let took = tokio::select! {
+                    took = read_frame::<_, Request>(stream, MAX_FRAME) => took,
+                    // The queue stopped waiting for the take (the next
+                    // waiter's turn): closing tells the follower, which
+                    // answers `-TRYAGAIN` (`-UNCERTAIN` if its take crossed).
+                    () = take.closed() => return false,
+                };
+                match took {
+                    Ok(Request::Take) => {
+                        let _ = take.send(());
+                    }
+                    _ => return false,
+                }
+            }
+            None => return false,
+        }
+    }
+}
+
+fn no_queue() -> ClusterRefusal {
+    ClusterRefusal::TryAgain("this node keeps no queue of blocked acquires".into())
 }
 
 /// When each address was last warned about, to warn once a minute at

@@ -83,6 +83,7 @@ async fn three(offsets: [i64; 3], shutdown: &CancellationToken) -> BTreeMap<Node
         let handler = super::Handlers {
             forward: write_handler(node.clone()),
             read_index: crate::cluster::reads::handler(node.clone()),
+            queue: None,
         };
         tokio::spawn(serve(
             listener,

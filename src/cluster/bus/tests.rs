@@ -245,6 +245,7 @@ impl BusNode {
         let handler = Handlers {
             forward: handler(node.clone()),
             read_index: crate::cluster::reads::handler(node.clone()),
+            queue: None,
         };
         let raft = node.raft.clone();
         // No guard runs on it: it never refuses to lead.

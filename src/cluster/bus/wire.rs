@@ -10,7 +10,9 @@ use openraft::raft::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::types::{Forward, Forwarded, NodeId, ReadIndex, TypeConfig};
+use crate::cluster::types::{
+    Block, Blocked, ClusterRefusal, Forward, Forwarded, NodeId, ReadIndex, TypeConfig,
+};
 
 /// The bus protocol's version: a server refuses a client that speaks
 /// another.
@@ -34,6 +36,10 @@ pub enum Kind {
     /// Clock probes: kept off the vote connection, so that a probe's round
     /// trip (its error bound) does not include a heartbeat's wait.
     Time,
+    /// A follower's blocked acquire waiting in the leader's queue: one per
+    /// connection, held for as long as the client waits (no forward
+    /// deadline). Closing it takes the waiter out of the queue.
+    Block,
 }
 
 impl Kind {
@@ -44,6 +50,7 @@ impl Kind {
             Kind::Snapshot => 3,
             Kind::Forward => 4,
             Kind::Time => 5,
+            Kind::Block => 6,
         }
     }
 }
@@ -61,7 +68,11 @@ impl Request {
                     Request::Vote(_) | Request::PreVote(_) | Request::TransferLeader(_)
                 )
                 | (Kind::Snapshot, Request::Snapshot { .. })
-                | (Kind::Forward, Request::Forward(_) | Request::ReadIndex)
+                | (
+                    Kind::Forward,
+                    Request::Forward(_) | Request::ReadIndex | Request::Waiters(_)
+                )
+                | (Kind::Block, Request::Block(_) | Request::Take)
                 | (Kind::Time, Request::Time)
         )
     }
@@ -114,9 +125,18 @@ pub enum Request {
     /// What the node's clock reads (a peer's skew probe).
     Time,
     /// A read index, confirmed by a majority (asked of the leader by a
-    /// follower that serves its clients' reads). Last, so that the other
-    /// calls keep their encoding.
+    /// follower that serves its clients' reads). New calls go after the
+    /// others, so that those keep their encoding.
     ReadIndex,
+    /// A blocked acquire, to wait in the leader's queue. The leader
+    /// answers [`Response::Offer`] when the run is the waiter's turn (the
+    /// client says [`Request::Take`], or closes the connection), then
+    /// [`Response::Block`] once.
+    Block(Block),
+    /// The answer to an offer: the client still waits; grant it.
+    Take,
+    /// `LEASE.WAITERS run`, read from the leader's queue.
+    Waiters(Bytes),
 }
 
 /// The answer to a [`Request`], of the same variant; a remote Raft's
@@ -135,4 +155,10 @@ pub enum Response {
     /// The read index, or why this node gives none (it does not lead, or
     /// no majority confirmed that it does).
     ReadIndex(Result<ReadIndex, String>),
+    /// The blocked acquire's turn came: the leader grants it only once
+    /// the client answers [`Request::Take`].
+    Offer,
+    /// How a blocked acquire ended.
+    Block(Blocked),
+    Waiters(Result<Vec<Bytes>, ClusterRefusal>),
 }
