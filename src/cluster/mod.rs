@@ -15,7 +15,8 @@
 //! ([`bus`]: TCP between nodes for openraft's RPCs and forwarded
 //! commands); the core task connections talk to ([`core`]); the start of
 //! a node inside the server ([`start`]); a node whose clock is too far
-//! from the others' refusing to lead ([`skew`], [`clock_guard`]); and what
+//! from the others' refusing to lead ([`skew`], [`clock_guard`]); its
+//! counts of elections and snapshots ([`recorder`]); and what
 //! ROLE, INFO and CLUSTER show ([`status`], [`views`]). docs/cluster.md
 //! says what is built and what is not.
 
@@ -25,6 +26,7 @@ pub mod core;
 pub mod disk;
 pub mod log_store;
 pub mod node;
+pub mod recorder;
 pub mod serve;
 pub mod skew;
 pub mod snapshot_file;

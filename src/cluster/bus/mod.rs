@@ -23,7 +23,7 @@ pub mod server;
 pub mod wire;
 
 pub use client::{Bus, ForwardError, Peer};
-pub use server::{ForwardHandler, serve, serve_tls};
+pub use server::{Admission, ForwardHandler, serve, serve_admitting, serve_tls};
 
 #[cfg(test)]
 mod skew_tests;
