@@ -797,6 +797,15 @@ fn a_cluster_node_shows_its_role_indexes_lag_and_bus_errors() {
         "{}",
         cluster.log(follower)
     );
+    // Its clients are told to try again: nothing reached the leader.
+    let mut con = cluster.connect(follower);
+    let refused = redis::cmd("LEASE.ACQUIRE")
+        .arg("x")
+        .arg("w")
+        .query::<Value>(&mut con)
+        .expect_err("an acquire through the node with the wrong secret");
+    assert_eq!(refused.code(), Some("TRYAGAIN"), "{refused}");
+    println!("{refused}");
     // The leader still leads the other node.
     assert_eq!(cluster.leader_among(&[leader, other], patience), leader);
 }

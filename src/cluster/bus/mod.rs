@@ -28,4 +28,6 @@ pub use server::{Admission, ForwardHandler, serve, serve_admitting, serve_tls};
 #[cfg(test)]
 mod skew_tests;
 #[cfg(test)]
+mod stats_tests;
+#[cfg(test)]
 mod tests;
