@@ -694,6 +694,15 @@ fn a_rolling_restart_loses_no_acknowledged_change() {
         })
         .collect();
     thread::sleep(Duration::from_millis(500));
+    let term = |cluster: &Cluster| {
+        let leader = cluster.leader(Duration::from_secs(10));
+        (leader + 1, cluster.info_number(leader, "cluster_term"))
+    };
+    println!(
+        "before: node {} leads, term {:?}",
+        term(&cluster).0,
+        term(&cluster).1
+    );
     let mut steps = Vec::new();
     for node in [(leader + 1) % 3, (leader + 2) % 3, leader] {
         cluster.terminate(node);
@@ -701,7 +710,12 @@ fn a_rolling_restart_loses_no_acknowledged_change() {
         cluster.leader(Duration::from_secs(10));
         cluster.converged(Duration::from_secs(10));
         steps.push(recorder.now());
-        println!("node {} restarted at {:.2} s", node + 1, recorder.now());
+        let (leads, now) = term(&cluster);
+        println!(
+            "node {} restarted at {:.2} s; node {leads} leads, term {now:?}",
+            node + 1,
+            recorder.now()
+        );
     }
     thread::sleep(Duration::from_millis(500));
     done.store(true, Ordering::SeqCst);
