@@ -19,6 +19,7 @@ use crate::command::ClientKind;
 use crate::core::{CommandStats, CoreReport};
 use crate::registry::{Refused, TenureEnd};
 use crate::reply::format_double;
+use crate::state::cluster_stats::ClusterStats;
 use crate::state::{SAMPLE_INTERVAL, Shared};
 use crate::system;
 
@@ -332,7 +333,10 @@ fn stats(out: &mut String, context: &Context) {
         "rejected_connections",
         count(&stats.rejected_connections),
     );
-    line(out, "sync_full", 0);
+    // A full resync is, in a cluster, a snapshot sent to a follower that
+    // lacked the log it covers (0 on a single node).
+    let snapshots_sent = &context.shared.cluster_stats.snapshots_sent;
+    line(out, "sync_full", ClusterStats::read(snapshots_sent));
     line(out, "sync_partial_ok", 0);
     line(out, "sync_partial_err", 0);
     // A lease is the only key, and it leaves by being reclaimed.

@@ -9,9 +9,14 @@
 //! disagree. Every metric reads a typed value, never INFO's text.
 //! prometheus-client encodes the metrics; hyper speaks HTTP/1.1.
 //!
+//! In cluster mode the node's cluster figures follow ([`cluster`]); a
+//! single node shows none.
+//!
 //! It listens on the `bind` addresses, so protected mode covers it as it
 //! covers the RESP port; `requirepass` does not. The figures carry no lease,
 //! run or worker id.
+
+mod cluster;
 
 use std::convert::Infallible;
 use std::fmt;
@@ -199,6 +204,8 @@ async fn scrape(shared: &Shared, core: &CoreHandle) -> Option<Scrape> {
         net_output: count(&stats.net_output_bytes),
         rejected_connections: count(&stats.rejected_connections),
         pubsub_clients: info::pubsub_clients(shared) as u64,
+        cluster: (shared.cluster())
+            .map(|status| cluster::Figures::read(status, &shared.cluster_stats)),
     })
 }
 
@@ -522,6 +529,8 @@ struct Scrape {
     net_output: u64,
     rejected_connections: u64,
     pubsub_clients: u64,
+    /// In cluster mode only.
+    cluster: Option<cluster::Figures>,
 }
 
 impl Scrape {
@@ -645,6 +654,9 @@ impl Collector for Scrape {
         for metric in METRICS {
             self.encode_metric(&mut encoder, metric)?;
         }
+        if let Some(cluster) = &self.cluster {
+            cluster.encode(&mut encoder)?;
+        }
         Ok(())
     }
 }
@@ -725,6 +737,7 @@ mod tests {
             net_output: 0,
             rejected_connections: 0,
             pubsub_clients: 2,
+            cluster: None,
         }
     }
 
@@ -761,6 +774,8 @@ mod tests {
         )));
         // Registry time before any `now` gives no metric.
         assert!(!text.contains("registry_time"), "{text}");
+        // A single node shows no cluster figures.
+        assert!(!text.contains("leased_cluster"), "{text}");
 
         let mut memory_only = sample();
         memory_only.report.log = None;

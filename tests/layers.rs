@@ -114,7 +114,9 @@ fn imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
                 }
             }
         }
-        graph.insert(name, uses);
+        // A module may be a file and a directory of its submodules
+        // (`metrics.rs` and `metrics/`): one module.
+        graph.entry(name).or_insert_with(BTreeSet::new).extend(uses);
     }
     graph
 }

@@ -1,17 +1,20 @@
 //! The Prometheus endpoint (`metrics-port`), fetched over plain TCP as a
 //! scraper would: off by default, the same figures as INFO, the text and
 //! OpenMetrics formats, 404 elsewhere, bad HTTP harming nothing, protected
-//! mode, and a clean shutdown with a scraper connected.
+//! mode, and a clean shutdown with a scraper connected; and a cluster
+//! node's figures, scraped from three real nodes.
 
 mod common;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use common::binary::{Server, free_port};
 use common::client::{bulk_value, lease_or_null};
+use common::cluster::Cluster;
 use common::inprocess::{InProcess, within_wall_clock};
 use redis::Value;
 use tokio::time::advance;
@@ -169,6 +172,8 @@ fn the_figures_are_those_of_info() {
 
     let version = format!("leased_info{{version=\"{}\"}}", env!("CARGO_PKG_VERSION"));
     assert_eq!(sample(&samples, &version), 1.0);
+    // A single node shows no cluster figures.
+    assert!(!body.contains("leased_cluster"), "{body}");
     // At registry time 12, a (expired at 10) is expired and b active.
     assert_eq!(sample(&samples, "leased_leases{state=\"active\"}"), 1.0);
     assert_eq!(sample(&samples, "leased_leases{state=\"expired\"}"), 1.0);
@@ -632,4 +637,181 @@ async fn blocked(
         common::inprocess::settle().await;
     }
     queued
+}
+
+fn scrape(port: u16) -> HashMap<String, f64> {
+    let response = get(port, "/metrics");
+    assert_eq!(response.status, 200);
+    samples(&response.body)
+}
+
+/// Scrapes node `port` every 20 ms until `done` holds of its samples
+/// (`patience` at most); returns them.
+fn scrape_until(
+    port: u16,
+    patience: Duration,
+    what: &str,
+    done: impl Fn(&HashMap<String, f64>) -> bool,
+) -> HashMap<String, f64> {
+    let deadline = Instant::now() + patience;
+    loop {
+        let samples = scrape(port);
+        if done(&samples) {
+            return samples;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} not seen within {patience:?}: {samples:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A series' value, or -1 if the scrape lacks it (for polls, which then
+/// go on; a leader elected meanwhile lacks its followers' lag at first).
+fn or_less(samples: &HashMap<String, f64>, series: &str) -> f64 {
+    samples.get(series).copied().unwrap_or(-1.0)
+}
+
+fn bus_errors(samples: &HashMap<String, f64>, error: &str) -> f64 {
+    sample(
+        samples,
+        &format!("leased_cluster_bus_errors_total{{error=\"{error}\"}}"),
+    )
+}
+
+/// Three real nodes, each with its endpoint: role, term and leader agree
+/// with `ROLE` and `CLUSTER INFO`; writes move the indexes; a killed
+/// follower's lag grows on the leader; a node restarted with a wrong
+/// `cluster-secret` makes refused and rejected handshakes count, on both
+/// sides.
+#[test]
+fn a_cluster_node_shows_its_role_indexes_lag_and_bus_errors() {
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let metrics_args = |i: usize| vec!["--metrics-port".to_string(), ports[i].to_string()];
+    let binary = Path::new(env!("CARGO_BIN_EXE_leased"));
+    let secret = ["--cluster-secret", "right"];
+    let mut cluster = Cluster::start_each(binary, 3, &secret, metrics_args);
+    let leader = cluster.leader(Duration::from_secs(10));
+    for (i, port) in ports.iter().enumerate() {
+        let info = cluster.info(i).expect("CLUSTER INFO");
+        let samples = scrape(*port);
+        let (role, redis_role) = match i == leader {
+            true => ("leader", "master"),
+            false => ("follower", "slave"),
+        };
+        assert_eq!(cluster.role(i).as_deref(), Some(redis_role));
+        let role_series = format!("leased_cluster_role{{role=\"{role}\"}}");
+        assert_eq!(sample(&samples, &role_series), 1.0, "node {}", i + 1);
+        let roles = samples
+            .iter()
+            .filter(|(k, _)| k.starts_with("leased_cluster_role{"));
+        assert_eq!(roles.map(|(_, v)| v).sum::<f64>(), 1.0);
+        assert_eq!(sample(&samples, "leased_cluster_node_id"), (i + 1) as f64);
+        assert_eq!(
+            sample(&samples, "leased_cluster_leader_id"),
+            (leader + 1) as f64
+        );
+        assert_eq!(
+            sample(&samples, "leased_cluster_term"),
+            info_number(&info, "cluster_term")
+        );
+        assert_eq!(sample(&samples, "leased_cluster_clock_skewed"), 0.0);
+        assert_eq!(bus_errors(&samples, "refused"), 0.0);
+        // Only the leader knows its followers' progress.
+        let lags = samples
+            .keys()
+            .filter(|k| k.starts_with("leased_cluster_follower_lag"));
+        assert_eq!(lags.count(), if i == leader { 2 } else { 0 });
+    }
+    // The leader won the election it started.
+    let before = scrape(ports[leader]);
+    assert!(sample(&before, "leased_cluster_elections_won_total") >= 1.0);
+    assert!(sample(&before, "leased_cluster_elections_started_total") >= 1.0);
+
+    let mut con = cluster.connect(leader);
+    let acquire = |con: &mut redis::Connection, run: String| {
+        let reply: redis::Value = redis::cmd("LEASE.ACQUIRE")
+            .arg(run)
+            .arg("w")
+            .arg("TTL")
+            .arg(60)
+            .query(con)
+            .expect("acquire");
+        assert!(
+            matches!(reply, Value::Array(_) | Value::Map(_)),
+            "{reply:?}"
+        );
+    };
+    for n in 0..20 {
+        acquire(&mut con, format!("m{n}"));
+    }
+    // Each acquire was its own entry, committed and applied everywhere.
+    let commit = sample(&before, "leased_cluster_commit_index");
+    for port in &ports {
+        scrape_until(*port, Duration::from_secs(5), "the 20 entries", |samples| {
+            or_less(samples, "leased_cluster_commit_index") >= commit + 20.0
+                && or_less(samples, "leased_cluster_applied_index") >= commit + 20.0
+        });
+    }
+
+    let follower = (leader + 1) % 3;
+    let other = (leader + 2) % 3;
+    let dead = format!("leased_cluster_follower_lag{{node=\"{}\"}}", follower + 1);
+    let live = format!("leased_cluster_follower_lag{{node=\"{}\"}}", other + 1);
+    cluster.kill9(follower);
+    for n in 0..30 {
+        acquire(&mut con, format!("k{n}"));
+    }
+    let lagging = scrape_until(
+        ports[leader],
+        Duration::from_secs(5),
+        "the killed follower's lag",
+        |samples| or_less(samples, &dead) >= 30.0 && (0.0..5.0).contains(&or_less(samples, &live)),
+    );
+    println!(
+        "lag of the killed follower {}, of the live one {}",
+        sample(&lagging, &dead),
+        sample(&lagging, &live)
+    );
+
+    // Back with the wrong secret: each side refuses the other's handshakes.
+    let mut wrong = metrics_args(follower);
+    wrong.extend(["--cluster-secret".to_string(), "wrong".to_string()]);
+    cluster.set_own_args(follower, wrong);
+    cluster.restart(follower);
+    let patience = Duration::from_secs(10);
+    let refusing = |samples: &HashMap<String, f64>| {
+        bus_errors(samples, "refused") >= 1.0 && bus_errors(samples, "rejected") >= 1.0
+    };
+    let on_leader = scrape_until(ports[leader], patience, "refusals on the leader", refusing);
+    let on_wrong = scrape_until(ports[follower], patience, "refusals on the node", refusing);
+    assert_eq!(bus_errors(&on_leader, "crc"), 0.0);
+    // It never catches up: the leader's lag for it stays.
+    assert!(sample(&on_leader, &dead) >= 30.0, "{on_leader:?}");
+    // (Its own status may still name the leader it knew before its
+    // restart: it hears from no one, and stands in no election before
+    // its clock is judged, which needs its peers.)
+    println!(
+        "the node with the wrong secret names leader {}",
+        sample(&on_wrong, "leased_cluster_leader_id")
+    );
+    assert!(
+        cluster
+            .log(follower)
+            .contains("cluster-secret proof does not match"),
+        "{}",
+        cluster.log(follower)
+    );
+    // Its clients are told to try again: nothing reached the leader.
+    let mut con = cluster.connect(follower);
+    let refused = redis::cmd("LEASE.ACQUIRE")
+        .arg("x")
+        .arg("w")
+        .query::<Value>(&mut con)
+        .expect_err("an acquire through the node with the wrong secret");
+    assert_eq!(refused.code(), Some("TRYAGAIN"), "{refused}");
+    println!("{refused}");
+    // The leader still leads the other node.
+    assert_eq!(cluster.leader_among(&[leader, other], patience), leader);
 }

@@ -19,7 +19,8 @@
 //! blocked acquires waiting in the leader's queue ([`leader_queue`]); the
 //! start of
 //! a node inside the server ([`start`]); a node whose clock is too far
-//! from the others' refusing to lead ([`skew`], [`clock_guard`]); and what
+//! from the others' refusing to lead ([`skew`], [`clock_guard`]); its
+//! counts of elections and snapshots ([`recorder`]); and what
 //! ROLE, INFO and CLUSTER show ([`status`], [`views`]). docs/cluster.md
 //! says what is built and what is not.
 
@@ -31,6 +32,7 @@ pub mod leader_queue;
 pub mod log_store;
 pub mod node;
 pub mod reads;
+pub mod recorder;
 pub mod serve;
 pub mod skew;
 pub mod snapshot_file;

@@ -14,7 +14,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use super::bus::{Bus, ForwardError, ForwardHandler, Handlers, serve, serve_tls};
+use super::bus::{Admission, Bus, ForwardError, ForwardHandler, Handlers, serve_admitting};
 use super::clock_guard::{self, Guard};
 use super::core::{ForwardFailure, Forwarder, Forwarding, ToLeader};
 use super::leader_queue::LeaderQueue;
@@ -54,7 +54,9 @@ pub async fn start(
     let peers: HashMap<_, _> = (cluster.peers())
         .map(|member| (member.id, member.bus_addr.to_string()))
         .collect();
-    let mut bus = Bus::new(cluster.node_id, secret.clone()).with_peers(peers);
+    let stats = shared.cluster_stats.clone();
+    let mut bus =
+        (Bus::new(cluster.node_id, secret.clone()).with_peers(peers)).with_stats(stats.clone());
     if let Some(tls) = &tls {
         bus = bus.with_tls(tls.connector.clone());
     }
@@ -111,12 +113,14 @@ pub async fn start(
     };
     let raft = started.node.raft.clone();
     let in_tls = if tls.is_some() { " in TLS" } else { "" };
-    match tls {
-        None => tokio::spawn(serve(listener, raft, handler, guard, secret, shutdown)),
-        Some(BusTls { acceptor, .. }) => tokio::spawn(serve_tls(
-            listener, raft, handler, guard, secret, acceptor, shutdown,
-        )),
+    let admission = Admission {
+        secret,
+        tls: tls.map(|BusTls { acceptor, .. }| acceptor),
+        stats,
     };
+    tokio::spawn(serve_admitting(
+        listener, raft, handler, guard, admission, shutdown,
+    ));
     info!(
         "Cluster node {} of {} started; its bus listens on {}{in_tls}",
         cluster.node_id,

@@ -17,12 +17,14 @@ use tracing::{info, warn};
 use super::core::{ClusterCore, Forwarding, ToLeader};
 use super::leader_queue::QueueHandle;
 use super::node::{Node, StartError, Storage};
+use super::recorder;
 use super::stamp::{Anchor, Clock};
 use super::state_machine::{MakeRegistry, StateMachine};
 use super::status::{Address, ClusterStatus};
 use super::types::{NodeId, TypeConfig};
 use crate::core::{CoreHandle, QUEUE_DEPTH, publish_applied};
 use crate::state::Shared;
+use crate::state::cluster_stats::ClusterStats;
 
 /// The least time between two rebuilds of a node's published status.
 const STATUS_EVERY: Duration = Duration::from_millis(20);
@@ -130,6 +132,7 @@ where
         settings.storage.clone(),
     );
     let node = Arc::new(node.await?);
+    recorder::install(&node.raft, shared.cluster_stats.clone()).await;
     prepare(&node.raft);
     let events = shared.clone();
     let publish = move |registry: &mut _| publish_applied(registry, &events.pubsub);
@@ -193,14 +196,10 @@ async fn publish_status(
     anchor: Arc<Anchor>,
 ) {
     let mut metrics = node.raft.metrics();
-    let mut elections = 0;
     let mut last_state = ServerState::Learner;
     let mut last_leader = None;
     loop {
         let current = metrics.borrow_watched().clone();
-        if current.state == ServerState::Candidate && last_state != ServerState::Candidate {
-            elections += 1;
-        }
         if current.current_leader != last_leader {
             match current.current_leader {
                 Some(leader) => info!(
@@ -215,6 +214,9 @@ async fn publish_status(
         }
         last_state = current.state;
         last_leader = current.current_leader;
+        // Counted by the node's recorder, which sees every change of role
+        // (this loop sees only some).
+        let elections = ClusterStats::read(&shared.cluster_stats.elections_started);
         let status = ClusterStatus::from_metrics(&current, &addresses, elections);
         // The clock guard's part (serve.rs) is kept as it last published it.
         shared.update_cluster(|published| {

@@ -10,6 +10,7 @@ mod calls;
 mod clients;
 mod clock;
 pub mod cluster;
+pub mod cluster_stats;
 mod stats;
 
 use std::net::SocketAddr;
@@ -24,6 +25,7 @@ use crate::monitor::Monitors;
 use crate::pubsub::PubSub;
 use crate::slowlog::SlowLog;
 use cluster::ClusterStatus;
+use cluster_stats::ClusterStats;
 
 pub use calls::{CallStats, Counts, Tally};
 pub use clients::{ClientEntry, ClientMeta, ClientTable};
@@ -57,6 +59,9 @@ pub struct Shared {
     /// changes; `None` for a single node. Swapped whole, so `ROLE` and
     /// `INFO` never see half of one status and half of the next.
     cluster: ArcSwapOption<ClusterStatus>,
+    /// What this node's bus and Raft counted (elections, snapshots, bus
+    /// errors); all zero for a single node, which shows none of them.
+    pub cluster_stats: Arc<ClusterStats>,
 }
 
 impl Shared {
@@ -80,6 +85,7 @@ impl Shared {
             shutdown: CancellationToken::new(),
             clock,
             cluster: ArcSwapOption::empty(),
+            cluster_stats: Arc::default(),
         }
     }
 

@@ -43,6 +43,8 @@ pub struct Cluster {
     /// `links[i][j]`: node i's link to node j's bus (None for i == j).
     links: Vec<Vec<Option<Proxy>>>,
     extra: Vec<String>,
+    /// Each node's own arguments, after `extra` (a metrics port, say).
+    own: Vec<Vec<String>>,
     _temp: tempfile::TempDir,
 }
 
@@ -51,6 +53,16 @@ impl Cluster {
     /// `size` nodes of `binary`, each with `extra` arguments too, started
     /// and with a leader elected (within 20 s).
     pub fn start(binary: &Path, size: usize, extra: &[&str]) -> Cluster {
+        Cluster::start_each(binary, size, extra, |_| Vec::new())
+    }
+
+    /// [`Cluster::start`], node i also given `own(i)`'s arguments.
+    pub fn start_each(
+        binary: &Path,
+        size: usize,
+        extra: &[&str],
+        own: impl Fn(usize) -> Vec<String>,
+    ) -> Cluster {
         let temp = tempfile::tempdir().expect("temp dir");
         let ports = distinct_ports(size * 2);
         let ports: Vec<(u16, u16)> = ports.chunks(2).map(|pair| (pair[0], pair[1])).collect();
@@ -81,6 +93,7 @@ impl Cluster {
             nodes,
             links,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            own: (0..size).map(own).collect(),
             _temp: temp,
         };
         for i in 0..size {
@@ -123,6 +136,7 @@ impl Cluster {
             .args(["--cluster-node-id", &node.id.to_string()])
             .args(["--cluster-nodes", &line])
             .args(&self.extra)
+            .args(&self.own[i])
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
@@ -303,6 +317,27 @@ impl Cluster {
             let _ = child.wait();
         }
         self.nodes[i].stopped = false;
+    }
+
+    /// SIGTERM (a clean shutdown, as `systemctl stop` does), and the
+    /// process reaped once it exits; panics if it has not within 30 s.
+    pub fn terminate(&mut self, i: usize) {
+        self.signal(i, libc::SIGTERM);
+        let mut child = self.nodes[i].child.take().expect("node is running");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while child.try_wait().expect("wait for the node").is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "node {} still runs 30 s after SIGTERM",
+                i + 1
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Node i's own arguments from its next start on.
+    pub fn set_own_args(&mut self, i: usize, args: Vec<String>) {
+        self.own[i] = args;
     }
 
     /// Starts node i again on its directory (after [`Cluster::kill9`]),

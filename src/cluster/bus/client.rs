@@ -33,6 +33,7 @@ use super::pool::{CallError, Conn, Pool};
 use super::wire::{Kind, Request, Response};
 use crate::cluster::leader_queue::{Conversation, FromLeader};
 use crate::cluster::types::{Block, Forward, Forwarded, NodeId, ReadIndex, TypeConfig};
+use crate::state::cluster_stats::ClusterStats;
 
 /// How long dialling a peer and its handshake may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -82,6 +83,13 @@ impl Bus {
     /// this node's certificate if the peers ask for one).
     pub fn with_tls(mut self, connector: tokio_rustls::TlsConnector) -> Bus {
         self.pool = self.pool.with_tls(connector);
+        self
+    }
+
+    /// The same bus, counting its errors and the snapshots it sends in
+    /// `stats` (the server's, for the metrics).
+    pub fn with_stats(mut self, stats: Arc<ClusterStats>) -> Bus {
+        self.pool = self.pool.with_stats(stats);
         self
     }
 
@@ -439,9 +447,11 @@ impl RaftNetworkV2<TypeConfig> for Peer {
             closed = cancel => return Err(StreamingError::Closed(closed)),
         };
         match response {
-            Response::Snapshot(answered) => {
-                answered.map_err(|e| StreamingError::Unreachable(remote(self.target, e)))
+            Response::Snapshot(Ok(answer)) => {
+                ClusterStats::count(&self.pool.stats().snapshots_sent);
+                Ok(answer)
             }
+            Response::Snapshot(Err(e)) => Err(StreamingError::Unreachable(remote(self.target, e))),
             other => Err(self.mismatch(&other).into()),
         }
     }

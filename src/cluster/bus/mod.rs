@@ -23,9 +23,13 @@ pub mod server;
 pub mod wire;
 
 pub use client::{Bus, ForwardError, Peer};
-pub use server::{ForwardHandler, Handlers, ReadIndexHandler, serve, serve_tls};
+pub use server::{
+    Admission, ForwardHandler, Handlers, ReadIndexHandler, serve, serve_admitting, serve_tls,
+};
 
 #[cfg(test)]
 mod skew_tests;
+#[cfg(test)]
+mod stats_tests;
 #[cfg(test)]
 mod tests;

@@ -24,10 +24,11 @@ use tokio_rustls::client::TlsStream;
 use tokio_rustls::rustls::pki_types::ServerName;
 use tokio_util::either::Either;
 
-use super::frame::{self, MAX_FRAME, read_frame};
-use super::handshake::introduce;
+use super::frame::{self, FrameError, MAX_FRAME, read_frame};
+use super::handshake::{HandshakeError, introduce};
 use super::wire::{Hello, Kind, PROTOCOL, Request, Response};
 use crate::cluster::types::NodeId;
+use crate::state::cluster_stats::{BusError, ClusterStats};
 
 /// Idle connections kept per (address, kind): calls of one kind to one
 /// node are mostly one at a time, but forwarded commands are not.
@@ -60,6 +61,9 @@ pub struct Pool {
     /// TLS for every connection, if set.
     tls: Option<TlsConnector>,
     idle: Arc<Mutex<Idle>>,
+    /// Where failed dials, refused handshakes and broken calls are
+    /// counted.
+    stats: Arc<ClusterStats>,
 }
 
 impl Pool {
@@ -70,7 +74,19 @@ impl Pool {
             connect_timeout,
             tls: None,
             idle: Arc::default(),
+            stats: Arc::default(),
         }
+    }
+
+    /// The same pool, counting its errors in `stats`.
+    pub fn with_stats(mut self, stats: Arc<ClusterStats>) -> Pool {
+        self.stats = stats;
+        self
+    }
+
+    /// Where this pool counts.
+    pub fn stats(&self) -> &ClusterStats {
+        &self.stats
     }
 
     /// The same pool, connecting in TLS with `connector`.
@@ -118,12 +134,14 @@ impl Pool {
         // A failed write means the peer lacks at least the frame's end,
         // and a frame is acted on only whole.
         if let Err(error) = write_all(&mut stream, &bytes).await {
+            self.stats.bus_error(BusError::Broken);
             return Err(CallError::NotSent(format!("{addr}: {error}")));
         }
         *sent = true;
-        let response = read_frame(&mut stream, MAX_FRAME)
-            .await
-            .map_err(|e| CallError::NoAnswer(format!("{addr}: {e}")))?;
+        let response = read_frame(&mut stream, MAX_FRAME).await.map_err(|e| {
+            self.stats.bus_error(frame_error(&e));
+            CallError::NoAnswer(format!("{addr}: {e}"))
+        })?;
         self.put_idle(addr, kind, stream);
         Ok(response)
     }
@@ -174,21 +192,28 @@ impl Pool {
         };
         let secret = self.secret.as_deref();
         let dialled = tokio::time::timeout(self.connect_timeout, async {
-            let stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
-            stream.set_nodelay(true).map_err(|e| e.to_string())?;
-            let mut stream = self.secure(addr, stream).await?;
+            let connect = |e: io::Error| (BusError::Connect, e.to_string());
+            let stream = TcpStream::connect(addr).await.map_err(connect)?;
+            stream.set_nodelay(true).map_err(connect)?;
+            let mut stream = (self.secure(addr, stream).await).map_err(|e| (BusError::Tls, e))?;
             introduce(&mut stream, hello, secret, expected)
                 .await
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>(stream)
+                .map_err(|e| (handshake_error(&e), e.to_string()))?;
+            Ok::<_, (BusError, String)>(stream)
         });
         match dialled.await {
             Ok(Ok(stream)) => Ok(stream),
-            Ok(Err(error)) => Err(CallError::NotSent(format!("{addr}: {error}"))),
-            Err(_) => Err(CallError::NotSent(format!(
-                "{addr}: no connection within {:?}",
-                self.connect_timeout
-            ))),
+            Ok(Err((counted, error))) => {
+                self.stats.bus_error(counted);
+                Err(CallError::NotSent(format!("{addr}: {error}")))
+            }
+            Err(_) => {
+                self.stats.bus_error(BusError::Connect);
+                Err(CallError::NotSent(format!(
+                    "{addr}: no connection within {:?}",
+                    self.connect_timeout
+                )))
+            }
         }
     }
 
@@ -236,6 +261,23 @@ impl Pool {
         if streams.len() < MAX_IDLE {
             streams.push(stream);
         }
+    }
+}
+
+/// How a frame error is counted: a bad checksum apart, as it may mean a
+/// faulty network or memory.
+pub fn frame_error(error: &FrameError) -> BusError {
+    match error {
+        FrameError::Corrupt { .. } => BusError::Crc,
+        _ => BusError::Broken,
+    }
+}
+
+/// How a failed handshake of this node's is counted.
+fn handshake_error(error: &HandshakeError) -> BusError {
+    match error {
+        HandshakeError::Frame(error) => frame_error(error),
+        HandshakeError::Refused(_) | HandshakeError::WrongNode { .. } => BusError::Rejected,
     }
 }
 

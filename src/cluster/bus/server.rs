@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -28,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::frame::{FrameError, MAX_FRAME, read_frame, write_frame};
 use super::handshake::{Refusal, admit};
+use super::pool::frame_error;
 use super::wire::{Request, Response};
 use crate::cluster::clock_guard::Guard;
 use crate::cluster::leader_queue::{FromLeader, QueueHandle};
@@ -35,6 +37,7 @@ use crate::cluster::state_machine::StateMachine;
 use crate::cluster::types::{
     Block, Blocked, ClusterRefusal, Forward, Forwarded, NodeId, ReadIndex, TypeConfig,
 };
+use crate::state::cluster_stats::{BusError, ClusterStats};
 
 /// Runs a follower's forwarded ops on this node (the leader) and answers
 /// one [`Forwarded`] per op.
@@ -68,9 +71,21 @@ struct Context {
     /// This node's clock, for peers' probes, and whether it refuses to
     /// lead.
     guard: Guard,
-    secret: Option<Bytes>,
-    tls: Option<TlsAcceptor>,
+    admission: Admission,
     warned: Warned,
+}
+
+/// Whom the server admits, and where it counts what it refuses.
+#[derive(Clone, Default)]
+pub struct Admission {
+    /// The secret peers must prove, if any.
+    pub secret: Option<Bytes>,
+    /// TLS under the bus handshake, if set (which may require client
+    /// certificates).
+    pub tls: Option<TlsAcceptor>,
+    /// Refused handshakes and broken connections are counted here, and
+    /// the snapshot being installed noted.
+    pub stats: Arc<ClusterStats>,
 }
 
 /// Serves the bus on `listener` until `shutdown` is cancelled; requires
@@ -84,7 +99,11 @@ pub async fn serve(
     secret: Option<Bytes>,
     shutdown: CancellationToken,
 ) {
-    serve_with(listener, raft, handlers, guard, secret, None, shutdown).await
+    let admission = Admission {
+        secret,
+        ..Admission::default()
+    };
+    serve_admitting(listener, raft, handlers, guard, admission, shutdown).await
 }
 
 /// [`serve`] in TLS: every peer's connection goes through `acceptor`
@@ -98,25 +117,21 @@ pub async fn serve_tls(
     acceptor: TlsAcceptor,
     shutdown: CancellationToken,
 ) {
-    serve_with(
-        listener,
-        raft,
-        handlers,
-        guard,
+    let admission = Admission {
         secret,
-        Some(acceptor),
-        shutdown,
-    )
-    .await
+        tls: Some(acceptor),
+        ..Admission::default()
+    };
+    serve_admitting(listener, raft, handlers, guard, admission, shutdown).await
 }
 
-async fn serve_with(
+/// [`serve`], admitting peers as `admission` says.
+pub async fn serve_admitting(
     listener: TcpListener,
     raft: Raft<TypeConfig, StateMachine>,
     handlers: Handlers,
     guard: Guard,
-    secret: Option<Bytes>,
-    tls: Option<TlsAcceptor>,
+    admission: Admission,
     shutdown: CancellationToken,
 ) {
     let me = raft.metrics().borrow_watched().id;
@@ -125,8 +140,7 @@ async fn serve_with(
         raft,
         handlers,
         guard,
-        secret,
-        tls,
+        admission,
         warned: Warned::default(),
     });
     let mut connections = JoinSet::new();
@@ -154,17 +168,21 @@ async fn serve_with(
 /// One peer's connection: TLS if the server has it, then the session.
 async fn connection(stream: TcpStream, peer: SocketAddr, context: Arc<Context>) {
     let _ = stream.set_nodelay(true);
-    let Some(acceptor) = &context.tls else {
+    let Some(acceptor) = &context.admission.tls else {
         return session(stream, peer, &context).await;
     };
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
         Ok(Ok(stream)) => session(stream, peer, &context).await,
         Ok(Err(error)) => {
+            context.admission.stats.bus_error(BusError::Tls);
             if context.warned.first_in_a_while(peer.ip()) {
                 tracing::warn!("bus: TLS handshake with {peer} failed: {error}");
             }
         }
-        Err(_) => tracing::debug!("bus: no TLS handshake from {peer} within {HANDSHAKE_TIMEOUT:?}"),
+        Err(_) => {
+            context.admission.stats.bus_error(BusError::Tls);
+            tracing::debug!("bus: no TLS handshake from {peer} within {HANDSHAKE_TIMEOUT:?}")
+        }
     }
 }
 
@@ -173,22 +191,29 @@ async fn session<S>(mut stream: S, peer: SocketAddr, context: &Context)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let secret = context.secret.as_deref();
+    let stats = &context.admission.stats;
+    let secret = context.admission.secret.as_deref();
     let admitted =
         tokio::time::timeout(HANDSHAKE_TIMEOUT, admit(&mut stream, context.me, secret)).await;
     let hello = match admitted {
         Ok(Ok(hello)) => hello,
         Ok(Err(Refusal::Denied(reason))) => {
+            stats.bus_error(BusError::Refused);
             if context.warned.first_in_a_while(peer.ip()) {
                 tracing::warn!("bus: refused a peer from {peer}: {reason}");
             }
             return;
         }
+        // A peer that closes before saying anything is no error of the
+        // bus (a port check, say).
+        Ok(Err(Refusal::Frame(FrameError::Closed))) => return,
         Ok(Err(Refusal::Frame(error))) => {
+            stats.bus_error(frame_error(&error));
             tracing::debug!("bus: handshake with {peer} failed: {error}");
             return;
         }
         Err(_) => {
+            stats.bus_error(BusError::Broken);
             tracing::debug!("bus: no handshake from {peer} within {HANDSHAKE_TIMEOUT:?}");
             return;
         }
@@ -203,6 +228,7 @@ where
             Ok(request) => request,
             Err(FrameError::Closed) => return,
             Err(error) => {
+                stats.bus_error(frame_error(&error));
                 tracing::warn!("bus: closing node {node}'s connection from {peer}: {error}");
                 return;
             }
@@ -231,6 +257,7 @@ where
         };
         let response = answer(context, request).await;
         if let Err(error) = write_frame(&mut stream, &response).await {
+            stats.bus_error(BusError::Broken);
             tracing::debug!("bus: cannot answer node {node} at {peer}: {error}");
             return;
         }
@@ -245,6 +272,10 @@ async fn answer(context: &Context, request: Request) -> Response {
         Request::Vote(rpc) => Response::Vote(raft.vote(rpc).await),
         Request::PreVote(rpc) => Response::Vote(raft.pre_vote(rpc).await),
         Request::Snapshot { vote, meta, data } => {
+            // Told first: the node's snapshot changing to this one is
+            // then counted as installed, not as built (cluster/recorder.rs).
+            let index = meta.last_log_id.map_or(0, |id| id.index + 1);
+            (context.admission.stats.installing).store(index, Ordering::Relaxed);
             let snapshot = Snapshot {
                 meta,
                 snapshot: data,
