@@ -1606,6 +1606,8 @@ fn a_cluster_from_the_file() {
             election_timeout_min: Duration::from_millis(400),
             election_timeout_max: Duration::from_millis(800),
             redirect: ClusterRedirect::Moved,
+            join: false,
+            init_from_single: false,
         }
     );
     assert_eq!(cluster.me(), &cluster.members[1]);

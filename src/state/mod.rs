@@ -57,6 +57,8 @@ pub struct Shared {
     /// changes; `None` for a single node. Swapped whole, so `ROLE` and
     /// `INFO` never see half of one status and half of the next.
     cluster: ArcSwapOption<ClusterStatus>,
+    /// `CLUSTER ADDNODE|DELNODE`, once a cluster node has started.
+    membership: std::sync::OnceLock<cluster::MembershipHook>,
 }
 
 impl Shared {
@@ -80,6 +82,7 @@ impl Shared {
             shutdown: CancellationToken::new(),
             clock,
             cluster: ArcSwapOption::empty(),
+            membership: std::sync::OnceLock::new(),
         }
     }
 
@@ -99,6 +102,16 @@ impl Shared {
     /// node that has not published one yet).
     pub fn cluster(&self) -> Option<Arc<ClusterStatus>> {
         self.cluster.load_full()
+    }
+
+    /// Installs how `CLUSTER ADDNODE|DELNODE` are run (once, at start).
+    pub fn set_membership(&self, hook: cluster::MembershipHook) {
+        let _ = self.membership.set(hook);
+    }
+
+    /// How `CLUSTER ADDNODE|DELNODE` are run; `None` on a single node.
+    pub fn membership(&self) -> Option<cluster::MembershipHook> {
+        self.membership.get().cloned()
     }
 
     /// Publishes this node's cluster status (`None`: a single node).
