@@ -212,9 +212,16 @@ fn three_nodes_grow_to_five_and_back_to_three_under_load() {
     let leader = cluster.leader(Duration::from_secs(10));
     remove(&cluster, leader);
     phases.push(("leader removed", recorder.now()));
+    let removed = Instant::now();
     let others: Vec<usize> = [0, 1, 2, 3].into_iter().filter(|&i| i != leader).collect();
     let next = cluster.leader_among(&others, Duration::from_secs(10));
     assert_ne!(next, leader);
+    println!(
+        "DELNODE of the leader (node {}): node {} leads {:.2} s after the reply",
+        leader + 1,
+        next + 1,
+        removed.elapsed().as_secs_f64()
+    );
     // The removed leader serves no lease command, and says why.
     let refused = send(&cluster, leader, &["LEASE.ACQUIRE", "gone", "w"]);
     assert!(

@@ -158,8 +158,11 @@ impl Bus {
             pool: self.pool.clone(),
             target,
             addr: self.peer_addr(target).unwrap_or_else(|| {
-                // Not learned yet: the membership's entry itself.
-                let read = crate::cluster::members::address(target, node);
+                // Not learned yet: the membership's entry itself, which
+                // names the bus port after an '@' for an added node.
+                let read = (node.addr.contains('@'))
+                    .then(|| crate::cluster::members::address(target, node))
+                    .flatten();
                 read.map_or_else(|| node.addr.clone(), |read| read.bus_addr.to_string())
             }),
             append,
