@@ -222,12 +222,17 @@ fn three_nodes_grow_to_five_and_back_to_three_under_load() {
         next + 1,
         removed.elapsed().as_secs_f64()
     );
-    // The removed leader serves no lease command, and says why.
-    let refused = send(&cluster, leader, &["LEASE.ACQUIRE", "gone", "w"]);
-    assert!(
-        refused.as_ref().is_err_and(|e| e.contains("removed")),
-        "{refused:?}"
-    );
+    // The removed leader serves no lease command once it has handed its
+    // lead over (until then it still leads, legitimately), and says why.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let refused = send(&cluster, leader, &["LEASE.GET", "gone"]);
+        if refused.as_ref().is_err_and(|e| e.contains("removed")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{refused:?}");
+        thread::sleep(Duration::from_millis(20));
+    }
     assert!(
         cluster.log(leader).contains("was removed from the cluster"),
         "{}",

@@ -320,13 +320,15 @@ impl ClusterCore {
     /// Sends `ops` to the log as one entry: proposed here if this node
     /// leads, forwarded to the leader otherwise.
     pub(super) async fn submit(&self, ops: Vec<Op>) -> BoxFuture<'static, Outcomes> {
-        // Not added yet, or removed: this node serves no lease command.
-        if let Some(why) = self.node.not_member() {
-            return Box::pin(async move { Err(Refusal::TryAgain(why)) });
-        }
         match self.node.raft.as_leader() {
+            // A leader that has removed itself still leads (and commits)
+            // until it hands its lead over.
             Ok(_) => self.propose(ops).await,
-            Err(_) => self.relay(ops),
+            // Not added yet, or removed: this node serves no lease command.
+            Err(_) => match self.node.not_member() {
+                Some(why) => Box::pin(async move { Err(Refusal::TryAgain(why)) }),
+                None => self.relay(ops),
+            },
         }
     }
 
