@@ -144,15 +144,6 @@ impl Cluster {
         format!("127.0.0.1:{}@{}", node.port, node.bus_port)
     }
 
-    /// Node i, emptied: killed, its directory removed, so that
-    /// [`Cluster::restart`] starts it afresh, joining (`cluster-join yes`),
-    /// as an operator replaces a node's disk.
-    pub fn wipe(&mut self, i: usize) {
-        self.kill9(i);
-        std::fs::remove_dir_all(&self.nodes[i].dir).expect("remove the node's dir");
-        self.nodes[i].join = true;
-    }
-
     /// Node i's `cluster-nodes`: itself at its bus port, the others at
     /// its proxies to them.
     fn nodes_line(&self, i: usize) -> String {
@@ -176,13 +167,16 @@ impl Cluster {
         let log = (File::options().create(true).append(true))
             .open(node.dir.with_extension("log"))
             .expect("node log");
-        let child = Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        if node.join {
+            command.args(["--cluster-join", "yes"]);
+        }
+        let child = command
             .args(["--port", &node.port.to_string(), "--dir"])
             .arg(&node.dir)
             .args(["--cluster-enabled", "yes"])
             .args(["--cluster-node-id", &node.id.to_string()])
             .args(["--cluster-nodes", &line])
-            .args(["--cluster-join", if node.join { "yes" } else { "no" }])
             .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
