@@ -207,7 +207,15 @@ pub async fn run(
                 .await
                 .map_err(ServeError::Cluster)?
         }
-        _ => core::start(&data_dir, shared.clone()).map_err(ServeError::Core)?,
+        _ => {
+            let make = crate::cluster::serve::make_registry(&shared.config());
+            crate::cluster::migrate::before_single(&shared.config(), &data_dir, make)
+                .await
+                .map_err(|error| {
+                    ServeError::Cluster(crate::cluster::node::StartError::Migrate(error))
+                })?;
+            core::start(&data_dir, shared.clone()).map_err(ServeError::Core)?
+        }
     };
 
     // Plain addresses first: tests take the first for the port.

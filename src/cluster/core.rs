@@ -377,8 +377,14 @@ impl ClusterCore {
     /// leads, forwarded to the leader otherwise.
     pub(super) async fn submit(&self, ops: Vec<Op>) -> BoxFuture<'static, Outcomes> {
         match self.node.raft.as_leader() {
+            // A leader that has removed itself still leads (and commits)
+            // until it hands its lead over.
             Ok(_) => self.propose(ops).await,
-            Err(_) => self.relay(ops),
+            // Not added yet, or removed: this node serves no lease command.
+            Err(_) => match self.node.not_member() {
+                Some(why) => Box::pin(async move { Err(Refusal::TryAgain(why)) }),
+                None => self.relay(ops),
+            },
         }
     }
 

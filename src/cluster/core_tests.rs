@@ -151,6 +151,7 @@ impl Cluster {
                 election_timeout: Duration::from_millis(800),
                 patience: Duration::from_secs(3),
                 storage: Storage::Memory,
+                join: false,
             };
             // lease-max-skew off: the linearizability test sends `now`s far
             // ahead of the clock.

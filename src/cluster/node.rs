@@ -33,6 +33,8 @@ pub enum StartError {
     /// Its Raft state could not be opened.
     Open(OpenError),
     Raft(Fatal<TypeConfig>),
+    /// The other mode's state in `dir` (`super::migrate`).
+    Migrate(super::migrate::MigrateError),
 }
 
 impl fmt::Display for StartError {
@@ -40,6 +42,7 @@ impl fmt::Display for StartError {
         match self {
             StartError::Open(error) => error.fmt(f),
             StartError::Raft(error) => write!(f, "Raft did not start: {error}"),
+            StartError::Migrate(error) => error.fmt(f),
         }
     }
 }
@@ -91,6 +94,32 @@ impl Node {
             raft,
             state,
             stamper: Stamper::new(clock),
+        })
+    }
+
+    /// Why this node serves no lease command, if it is no member of its
+    /// cluster: not added yet (`cluster-join yes`, before `CLUSTER
+    /// ADDNODE`), or removed (`CLUSTER DELNODE`).
+    pub fn not_member(&self) -> Option<String> {
+        use openraft::async_runtime::WatchReceiver;
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow_watched();
+        let membership = metrics.membership_config.membership();
+        if membership.get_node(&self.id).is_some() {
+            return None;
+        }
+        Some(if membership.nodes().next().is_none() {
+            format!(
+                "this node (node {}) has not joined a cluster yet: it waits for CLUSTER ADDNODE \
+                 on the leader",
+                self.id
+            )
+        } else {
+            format!(
+                "this node (node {}) was removed from the cluster (CLUSTER DELNODE): send \
+                 commands to another node",
+                self.id
+            )
         })
     }
 

@@ -18,6 +18,8 @@ use super::bus::{Admission, Bus, ForwardError, ForwardHandler, Handlers, serve_a
 use super::clock_guard::{self, Guard};
 use super::core::{ForwardFailure, Forwarder, Forwarding, ToLeader};
 use super::leader_queue::LeaderQueue;
+use super::members;
+use super::membership;
 use super::node::{StartError, Storage};
 use super::reads::{self, ReadIndexAsker};
 use super::stamp::Clock;
@@ -50,6 +52,7 @@ pub async fn start(
              (cluster-redirect proxy)"
         );
     }
+    super::migrate::before_cluster(&config, cluster, data_dir).map_err(StartError::Migrate)?;
     let secret = cluster.secret.clone().map(Bytes::from);
     let peers: HashMap<_, _> = (cluster.peers())
         .map(|member| (member.id, member.bus_addr.to_string()))
@@ -75,9 +78,11 @@ pub async fn start(
         // commit through it.
         patience: (cluster.election_timeout_max * 2).max(Duration::from_secs(3)),
         storage: Storage::Dir(data_dir.path().to_path_buf()),
+        join: cluster.join,
     };
     let make = make_registry(&config);
     drop(config);
+    let learning = bus.clone();
     let forward = forwarder(bus.clone());
     let read_index = asker(bus.clone());
     let queue = leader_queue(bus.clone());
@@ -111,6 +116,8 @@ pub async fn start(
         read_index: reads::handler(started.node.clone()),
         queue: Some(started.queue.clone()),
     };
+    shared.set_membership(membership::hook(started.node.clone()));
+    tokio::spawn(learn_peers(learning, started.node.clone()));
     let raft = started.node.raft.clone();
     let in_tls = if tls.is_some() { " in TLS" } else { "" };
     let admission = Admission {
@@ -142,9 +149,33 @@ fn publish_clock(shared: Arc<Shared>) -> clock_guard::Publish {
     })
 }
 
+/// Keeps the bus's addresses of the members its configuration does not
+/// list (nodes added by `CLUSTER ADDNODE`) as the membership in the log
+/// gives them, while the node runs.
+async fn learn_peers(bus: Bus, node: Arc<super::node::Node>) {
+    use openraft::async_runtime::WatchReceiver;
+    let mut metrics = node.raft.metrics();
+    let mut known = None;
+    loop {
+        let membership = metrics.borrow_watched().membership_config.clone();
+        if known.as_ref() != Some(&membership) {
+            let learned = (membership.membership().nodes())
+                .filter_map(|(id, entry)| members::address(*id, entry))
+                .map(|address| (address.id, address.bus_addr.to_string()));
+            bus.learn(learned);
+            known = Some(membership);
+        }
+        // The metrics change with every entry applied; membership rarely.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 /// Every replica's registry is made with this node's settings: they must
 /// be the same on every node (`CONFIG SET` of them is refused).
-fn make_registry(config: &Config) -> MakeRegistry {
+pub fn make_registry(config: &Config) -> MakeRegistry {
     let (ttl, retention) = (config.lease_ttl, config.lease_retention);
     let (history_len, lock_delay) = (config.lease_history_len, config.lease_lock_delay);
     Arc::new(move || {
@@ -161,7 +192,7 @@ fn forwarder(bus: Bus) -> Forwarder {
     Arc::new(move |to, request| {
         let bus = bus.clone();
         async move {
-            let Some(addr) = bus.peer_addr(to).map(str::to_string) else {
+            let Some(addr) = bus.peer_addr(to) else {
                 return Err(ForwardFailure::NotSent(format!("node {to} is not a peer")));
             };
             bus.forward(&addr, request)
@@ -180,7 +211,7 @@ fn asker(bus: Bus) -> ReadIndexAsker {
     Arc::new(move |to| {
         let bus = bus.clone();
         async move {
-            let Some(addr) = bus.peer_addr(to).map(str::to_string) else {
+            let Some(addr) = bus.peer_addr(to) else {
                 return Err(format!("node {to} is not a peer"));
             };
             bus.read_index(&addr).await
@@ -202,7 +233,7 @@ fn leader_queue(bus: Bus) -> LeaderQueue {
         block: Arc::new(move |to, block| {
             let bus = bus.clone();
             async move {
-                let addr = bus.peer_addr(to).ok_or_else(|| not_a_peer(to))?.to_string();
+                let addr = bus.peer_addr(to).ok_or_else(|| not_a_peer(to))?;
                 bus.block(&addr, block).await.map_err(failure)
             }
             .boxed()
@@ -210,7 +241,7 @@ fn leader_queue(bus: Bus) -> LeaderQueue {
         waiters: Arc::new(move |to, run| {
             let bus = asking.clone();
             async move {
-                let addr = bus.peer_addr(to).ok_or_else(|| not_a_peer(to))?.to_string();
+                let addr = bus.peer_addr(to).ok_or_else(|| not_a_peer(to))?;
                 bus.waiters(&addr, run).await.map_err(failure)
             }
             .boxed()

@@ -45,6 +45,9 @@ pub struct Settings {
     pub patience: Duration,
     /// Where the Raft log, vote and snapshots are kept.
     pub storage: Storage,
+    /// `cluster-join`: a pristine node waits to be added instead of
+    /// forming a cluster of `addresses`.
+    pub join: bool,
 }
 
 impl Settings {
@@ -171,8 +174,19 @@ where
 
 /// Forms the cluster on a pristine node (every member does the same with
 /// the same membership, which Raft allows); a node that already has a
-/// log keeps its own.
+/// log keeps its own (its membership is the log's, whatever
+/// `cluster-nodes` says now); a joining node waits to be added.
 async fn initialize(node: &Node, settings: &Settings) -> Result<(), Fatal<TypeConfig>> {
+    if settings.join {
+        if !node.raft.is_initialized().await? {
+            info!(
+                "Cluster node {} waits to be added (cluster-join yes): send CLUSTER ADDNODE {} \
+                 <host:port> to the leader",
+                settings.id, settings.id
+            );
+        }
+        return Ok(());
+    }
     match node.raft.initialize(settings.membership()).await {
         Ok(()) => {
             info!("Cluster node {} formed its cluster", settings.id);
@@ -198,8 +212,21 @@ async fn publish_status(
     let mut metrics = node.raft.metrics();
     let mut last_state = ServerState::Learner;
     let mut last_leader = None;
+    let mut was_member = false;
     loop {
         let current = metrics.borrow_watched().clone();
+        let member = (current.membership_config.membership())
+            .get_node(&current.id)
+            .is_some();
+        if was_member && !member {
+            warn!(
+                "Cluster node {}: this node was removed from the cluster (CLUSTER DELNODE); it \
+                 serves no lease command any more (its clients get -TRYAGAIN). Stop it, and \
+                 start it again only with an empty dir and cluster-join yes, to be added anew",
+                current.id
+            );
+        }
+        was_member = member;
         if current.current_leader != last_leader {
             match current.current_leader {
                 Some(leader) => info!(

@@ -17,8 +17,9 @@ pub struct Address {
 }
 
 impl ClusterStatus {
-    /// The status openraft's metrics describe, with the members'
-    /// addresses from the configuration.
+    /// The status openraft's metrics describe: the members of the
+    /// membership in the log, at the addresses `addresses` (this node's
+    /// `cluster-nodes`) gives them, else at the membership's.
     pub fn from_metrics(
         metrics: &openraft::RaftMetrics<super::types::TypeConfig>,
         addresses: &[Address],
@@ -38,7 +39,9 @@ impl ClusterStatus {
             let replication = metrics.replication.as_ref()?;
             replication.get(&id).copied().flatten().map(|log| log.index)
         };
-        let members = addresses
+        // The members are the log's; where each is, this node's
+        // configuration says first (`addresses`), else the log.
+        let members = super::members::addresses(membership.nodes(), addresses)
             .iter()
             .map(|address| Member {
                 id: address.id,

@@ -110,6 +110,13 @@ pub const OBJECT_HELP: &[&str] = &[
 
 pub const CLUSTER_HELP: &[&str] = &[
     "CLUSTER <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "ADDNODE <node-id> <host>:<port>[@<busport>]",
+    "    Add a node (started with cluster-join yes) to the cluster: it catches up",
+    "    from a snapshot as a learner, then becomes a voter. Sent to the leader;",
+    "    answers once the node votes. One membership change at a time.",
+    "DELNODE <node-id>",
+    "    Remove a node from the cluster (a dead one too). Sent to the leader;",
+    "    removing the leader hands its lead to the most up-to-date voter.",
     "INFO",
     "    Return information about the cluster: its state, and this node's role,",
     "    term, leader and log indexes.",

@@ -78,6 +78,27 @@ pub enum ClusterView {
     Help,
 }
 
+/// `CLUSTER ADDNODE id host:port[@busport]` and `CLUSTER DELNODE id`: a
+/// change of the cluster's membership, one node at a time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClusterChange {
+    /// Add node `id`, whose `cluster-nodes` entry would be
+    /// `id@<address>`: `address` is `host:port[@busport]` as written.
+    Add { id: u64, address: String },
+    /// Remove node `id`.
+    Remove { id: u64 },
+}
+
+impl ClusterChange {
+    /// The command as a client wrote it, for the log and errors.
+    pub fn describe(&self) -> String {
+        match self {
+            ClusterChange::Add { id, address } => format!("CLUSTER ADDNODE {id} {address}"),
+            ClusterChange::Remove { id } => format!("CLUSTER DELNODE {id}"),
+        }
+    }
+}
+
 /// A client's type, as `CLIENT LIST TYPE` and `CLIENT KILL TYPE` name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClientKind {
@@ -174,6 +195,8 @@ pub enum Command {
     Role,
     /// `CLUSTER INFO|NODES|SLOTS|MYID|HELP`: refused on a single node.
     Cluster(ClusterView),
+    /// `CLUSTER ADDNODE|DELNODE`: refused on a single node.
+    ClusterChange(ClusterChange),
     Time,
     Shutdown,
     /// `MULTI`: start queuing a transaction.

@@ -4,8 +4,8 @@
 
 use super::args::{Args, not_an_integer, syntax_error};
 use super::{
-    ClientAttr, ClientFilter, ClientKind, ClusterView, Command, KillFilter, SlowlogCommand, help,
-    truncated,
+    ClientAttr, ClientFilter, ClientKind, ClusterChange, ClusterView, Command, KillFilter,
+    SlowlogCommand, help, truncated,
 };
 use crate::number::parse_i64;
 use crate::reply::{Protocol, Reply};
@@ -398,6 +398,36 @@ pub fn parse_cluster_slots(_: &mut Args) -> Result<Command, Reply> {
 
 pub fn parse_cluster_myid(_: &mut Args) -> Result<Command, Reply> {
     Ok(Command::Cluster(ClusterView::MyId))
+}
+
+/// `CLUSTER ADDNODE id host:port[@busport]`: the address is checked as a
+/// `cluster-nodes` entry is (`id@host:port[@busport]`).
+pub fn parse_cluster_addnode(args: &mut Args) -> Result<Command, Reply> {
+    let id = node_id(&args.required())?;
+    let address = String::from_utf8_lossy(&args.required()).into_owned();
+    if crate::config::parse_member(&format!("{id}@{address}")).is_none() {
+        return Err(Reply::error(format!(
+            "ERR Invalid node address '{address}': expected host:port[@busport], the host an \
+             IPv4 address, an IPv6 address in brackets or localhost"
+        )));
+    }
+    Ok(Command::ClusterChange(ClusterChange::Add { id, address }))
+}
+
+/// `CLUSTER DELNODE id`.
+pub fn parse_cluster_delnode(args: &mut Args) -> Result<Command, Reply> {
+    let id = node_id(&args.required())?;
+    Ok(Command::ClusterChange(ClusterChange::Remove { id }))
+}
+
+/// A node id: a positive integer.
+fn node_id(arg: &[u8]) -> Result<u64, Reply> {
+    std::str::from_utf8(arg)
+        .ok()
+        .filter(|text| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|text| text.parse::<u64>().ok())
+        .filter(|id| *id > 0)
+        .ok_or_else(|| Reply::error("ERR Invalid node id: expected a positive integer"))
 }
 
 /// Not `Command::Help` directly: a single node refuses `CLUSTER HELP` too,

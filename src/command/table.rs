@@ -1478,5 +1478,33 @@ static CLUSTER_SUBCOMMANDS: &[CommandSpec] = &[
         )
     },
     cluster_view("myid", "Return this node's id", parse_cluster_myid),
+    CommandSpec {
+        flags: ADMIN_FLAGS,
+        acl_categories: ADMIN_ACL,
+        complexity: "O(N) where N is the number of leases (the new node's snapshot)",
+        args: &[
+            arg("node-id", ArgKind::Integer),
+            arg("address", ArgKind::String),
+        ],
+        ..command(
+            "addnode",
+            4,
+            "cluster",
+            "Add a node to the cluster: it catches up as a learner, then votes",
+            parse_cluster_addnode,
+        )
+    },
+    CommandSpec {
+        flags: ADMIN_FLAGS,
+        acl_categories: ADMIN_ACL,
+        args: &[arg("node-id", ArgKind::Integer)],
+        ..command(
+            "delnode",
+            3,
+            "cluster",
+            "Remove a node from the cluster (the leader hands its lead over)",
+            parse_cluster_delnode,
+        )
+    },
     help_subcommand("cluster", &["@slow"], parse_cluster_help),
 ];

@@ -102,6 +102,12 @@ pub(super) fn show_nodes(nodes: &[ClusterNode]) -> String {
     entries.join(" ")
 }
 
+/// One `cluster-nodes` entry, `id@host:port[@busport]` (`CLUSTER ADDNODE`
+/// checks its address with it).
+pub fn parse_member(entry: &str) -> Option<ClusterNode> {
+    parse_entry(entry)
+}
+
 fn parse_entry(entry: &str) -> Option<ClusterNode> {
     let (id, rest) = entry.split_once('@')?;
     let id = parse_decimal(id).filter(|id| *id > 0)?;
@@ -190,6 +196,11 @@ pub struct ClusterConfig {
     /// How a follower treats a client's write: proxied to the leader, or
     /// answered `-MOVED`.
     pub redirect: ClusterRedirect,
+    /// `cluster-join`: wait to be added, never form a cluster.
+    pub join: bool,
+    /// `cluster-init-from-single`: form a one-node cluster from the single
+    /// node's state in `dir`, on the first start.
+    pub init_from_single: bool,
 }
 
 impl ClusterConfig {
@@ -362,6 +373,8 @@ impl Config {
             election_timeout_min: election_timeout,
             election_timeout_max: election_timeout * 2,
             redirect: self.cluster_redirect,
+            join: self.cluster_join,
+            init_from_single: self.cluster_init_from_single,
         }))
     }
 }

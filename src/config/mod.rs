@@ -38,7 +38,7 @@ use std::path::PathBuf;
 
 pub use cluster::{
     BUS_PORT_OFFSET, ClusterConfig, ClusterError, ClusterMember, ClusterNode,
-    MIN_ELECTION_HEARTBEATS,
+    MIN_ELECTION_HEARTBEATS, parse_member,
 };
 pub use enums::{
     ClusterRedirect, FsyncPolicy, LogFormat, LogLevel, OutputLimit, OutputLimits, TlsAuthClients,
@@ -153,6 +153,13 @@ pub struct Config {
     pub cluster_port: u16,
     /// The secret the nodes' bus requires of every peer; empty: none.
     pub cluster_secret: String,
+    /// A node that joins a running cluster: it never forms one itself.
+    pub cluster_join: bool,
+    /// On a first start in cluster mode, form a one-node cluster from the
+    /// single node's state in `dir`.
+    pub cluster_init_from_single: bool,
+    /// With cluster mode off: start from the Raft state in `dir`.
+    pub cluster_recover_as_single: bool,
     /// Milliseconds a node's clock may differ from the majority's before
     /// it refuses to lead.
     pub cluster_max_clock_skew: u64,

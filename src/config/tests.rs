@@ -692,6 +692,9 @@ fn config_get_all_in_table_order() {
         ("cluster-nodes", ""),
         ("cluster-port", "0"),
         ("cluster-secret", ""),
+        ("cluster-join", "no"),
+        ("cluster-init-from-single", "no"),
+        ("cluster-recover-as-single", "no"),
         ("cluster-max-clock-skew", "500"),
         ("cluster-heartbeat-interval", "100"),
         ("cluster-election-timeout", "600"),
@@ -1606,6 +1609,8 @@ fn a_cluster_from_the_file() {
             election_timeout_min: Duration::from_millis(400),
             election_timeout_max: Duration::from_millis(800),
             redirect: ClusterRedirect::Moved,
+            join: false,
+            init_from_single: false,
         }
     );
     assert_eq!(cluster.me(), &cluster.members[1]);
@@ -1964,6 +1969,9 @@ fn config_get_and_rewrite_keep_the_cluster_settings() {
             ("cluster-nodes", nodes.to_owned()),
             ("cluster-port", "0".to_owned()),
             ("cluster-secret", "a secret".to_owned()),
+            ("cluster-join", "no".to_owned()),
+            ("cluster-init-from-single", "no".to_owned()),
+            ("cluster-recover-as-single", "no".to_owned()),
             ("cluster-max-clock-skew", "500".to_owned()),
             ("cluster-heartbeat-interval", "100".to_owned()),
             ("cluster-election-timeout", "2000".to_owned()),

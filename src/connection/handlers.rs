@@ -63,6 +63,18 @@ enum Flow {
     Blocked,
     /// QUIT, SHUTDOWN, or a client that closed itself: run nothing more.
     Stop(After),
+    /// `CLUSTER ADDNODE|DELNODE`: its reply comes once the change is done
+    /// (after the replies of the requests before it); the requests after
+    /// it wait.
+    Admin(Admin),
+}
+
+/// A membership change under way: its reply, the protocol to encode it
+/// in, and the command's id, for `INFO commandstats`.
+struct Admin {
+    protocol: Protocol,
+    id: usize,
+    reply: futures_util::future::BoxFuture<'static, Reply>,
 }
 
 impl<S> Connection<S>
@@ -94,11 +106,17 @@ where
         // How many of the requests run now: those after a blocking acquire
         // wait for its answer.
         let mut taken = requests.len();
+        let mut admin = None;
         for (index, args) in requests.iter().enumerate() {
             match self.plan(index, args, &settings, false, &mut slots, &mut for_core) {
                 Flow::Next => {}
                 Flow::Blocked => {
                     taken = index + 1;
+                    break;
+                }
+                Flow::Admin(change) => {
+                    taken = index + 1;
+                    admin = Some(change);
                     break;
                 }
                 Flow::Stop(next) => {
@@ -129,8 +147,25 @@ where
                 reply.encode(protocol, &mut self.write_buf);
             }
         }
+        if let Some(admin) = admin {
+            self.run_admin(admin).await;
+        }
         self.shared.calls.fold(&mut self.tally);
         after
+    }
+
+    /// Waits for a membership change's reply (the server shutting down
+    /// answers at once: the change goes on, or not, without this client).
+    async fn run_admin(&mut self, admin: Admin) {
+        let started = std::time::Instant::now();
+        let reply = tokio::select! {
+            reply = admin.reply => reply,
+            _ = self.shared.shutdown.cancelled() => {
+                Reply::error("ERR the server is shutting down: check CLUSTER NODES for the change's outcome")
+            }
+        };
+        self.tally_reply(admin.id, started.elapsed(), &reply);
+        reply.encode(admin.protocol, &mut self.write_buf);
     }
 
     /// Runs one request, or plans it: its slot, and the command it sends
@@ -231,6 +266,25 @@ where
                     self.publish(args);
                 }
                 return flow;
+            }
+            Command::ClusterChange(change) => {
+                let refused = match self.shared.membership() {
+                    _ if in_exec => {
+                        Reply::error(format!("ERR {} cannot run inside MULTI", change.describe()))
+                    }
+                    None => Reply::error(views::DISABLED),
+                    Some(hook) => {
+                        let reply = (hook.0)(change);
+                        return Flow::Admin(Admin {
+                            protocol,
+                            id,
+                            reply,
+                        });
+                    }
+                };
+                self.tally_reply(id, Duration::ZERO, &refused);
+                slots.push(Slot::Ready(protocol, refused));
+                return Flow::Next;
             }
             Command::Monitor if in_exec => {
                 let refused = Reply::error(multi::MONITOR_IN_EXEC);
@@ -456,6 +510,7 @@ where
             | Command::RewriteLog
             | Command::ConfigSet(_)
             | Command::ConfigResetStat
+            | Command::ClusterChange(_)
             | Command::Exec => unreachable!("the core answers these"),
             Command::Ping(message) if self.subscribed_pong(None).is_some() => {
                 self.subscribed_pong(message).expect("subscribed")

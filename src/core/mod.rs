@@ -270,6 +270,21 @@ pub fn start(
     Ok((CoreHandle { queue }, watcher))
 }
 
+/// The registry a single node would start with from `data_dir`: its
+/// append-only log replayed if it has one (whatever `appendonly` says
+/// now), its tokens above the stored ceiling. For a cluster's first node
+/// made from a single node (`cluster-init-from-single`).
+pub fn load_single(config: &Config, data_dir: &DataDir) -> Result<Registry, StartError> {
+    let last_token = data_dir.read_ceiling().map_err(StartError::DataDir)?;
+    let log_file = data_dir.path().join(&config.appendfilename);
+    let config = Config {
+        appendonly: log_file.exists(),
+        ..config.clone()
+    };
+    let (registry, _log) = load(&config, data_dir, last_token).map_err(StartError::Log)?;
+    Ok(registry)
+}
+
 /// Rebuilds the registry at start-up from the append-only log, if it is
 /// on. Tokens resume above `last_token` (the stored ceiling) and above
 /// every token in the log.

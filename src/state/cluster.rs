@@ -81,3 +81,24 @@ impl ClusterStatus {
         self.leader.is_some()
     }
 }
+
+/// How a connection asks this node for `CLUSTER ADDNODE|DELNODE`: the
+/// cluster installs it at start ([`crate::state::Shared::set_membership`]);
+/// the future answers the client's reply once the change is done or has
+/// failed.
+#[derive(Clone)]
+pub struct MembershipHook(
+    pub  std::sync::Arc<
+        dyn Fn(
+                crate::command::ClusterChange,
+            ) -> futures_util::future::BoxFuture<'static, crate::reply::Reply>
+            + Send
+            + Sync,
+    >,
+);
+
+impl std::fmt::Debug for MembershipHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MembershipHook")
+    }
+}

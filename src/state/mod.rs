@@ -62,6 +62,8 @@ pub struct Shared {
     /// What this node's bus and Raft counted (elections, snapshots, bus
     /// errors); all zero for a single node, which shows none of them.
     pub cluster_stats: Arc<ClusterStats>,
+    /// `CLUSTER ADDNODE|DELNODE`, once a cluster node has started.
+    membership: std::sync::OnceLock<cluster::MembershipHook>,
 }
 
 impl Shared {
@@ -86,6 +88,7 @@ impl Shared {
             clock,
             cluster: ArcSwapOption::empty(),
             cluster_stats: Arc::default(),
+            membership: std::sync::OnceLock::new(),
         }
     }
 
@@ -105,6 +108,16 @@ impl Shared {
     /// node that has not published one yet).
     pub fn cluster(&self) -> Option<Arc<ClusterStatus>> {
         self.cluster.load_full()
+    }
+
+    /// Installs how `CLUSTER ADDNODE|DELNODE` are run (once, at start).
+    pub fn set_membership(&self, hook: cluster::MembershipHook) {
+        let _ = self.membership.set(hook);
+    }
+
+    /// How `CLUSTER ADDNODE|DELNODE` are run; `None` on a single node.
+    pub fn membership(&self) -> Option<cluster::MembershipHook> {
+        self.membership.get().cloned()
     }
 
     /// Publishes this node's cluster status (`None`: a single node).

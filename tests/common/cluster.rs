@@ -33,6 +33,8 @@ pub struct Node {
     pub dir: PathBuf,
     child: Option<Child>,
     stopped: bool,
+    /// Started with `cluster-join yes` (added by [`Cluster::add_node`]).
+    join: bool,
 }
 
 /// A cluster of spawned nodes. Every process is killed when it is dropped.
@@ -40,7 +42,8 @@ pub struct Node {
 pub struct Cluster {
     binary: PathBuf,
     pub nodes: Vec<Node>,
-    /// `links[i][j]`: node i's link to node j's bus (None for i == j).
+    /// `links[i][j]`: node i's link to node j's bus (None for i == j, and
+    /// for the links of nodes added later: they dial each other directly).
     links: Vec<Vec<Option<Proxy>>>,
     extra: Vec<String>,
     /// Each node's own arguments, after `extra` (a metrics port, say).
@@ -86,6 +89,7 @@ impl Cluster {
                 dir: temp.path().join(format!("n{}", i + 1)),
                 child: None,
                 stopped: false,
+                join: false,
             })
             .collect();
         let mut cluster = Cluster {
@@ -106,12 +110,59 @@ impl Cluster {
         cluster
     }
 
+    /// Starts one more node (the next id) with `cluster-join yes`: it
+    /// waits, empty, for `CLUSTER ADDNODE` (see [`Cluster::add_address`]).
+    /// Its links to and from the others are direct, without a proxy. Its
+    /// index.
+    pub fn add_node(&mut self) -> usize {
+        let i = self.add_node_stopped();
+        self.restart(i);
+        i
+    }
+
+    /// [`Cluster::add_node`], not started yet ([`Cluster::restart`] starts
+    /// it).
+    pub fn add_node_stopped(&mut self) -> usize {
+        let i = self.size();
+        let mut taken: Vec<u16> = (self.nodes.iter())
+            .flat_map(|node| [node.port, node.bus_port])
+            .collect();
+        let mut fresh = || loop {
+            let port = free_port();
+            if !taken.contains(&port) {
+                taken.push(port);
+                return port;
+            }
+        };
+        let (port, bus_port) = (fresh(), fresh());
+        self.nodes.push(Node {
+            id: i as u64 + 1,
+            port,
+            bus_port,
+            dir: self._temp.path().join(format!("n{}", i + 1)),
+            child: None,
+            stopped: false,
+            join: true,
+        });
+        for row in &mut self.links {
+            row.push(None);
+        }
+        self.links.push((0..=i).map(|_| None).collect());
+        i
+    }
+
+    /// Node i's address as `CLUSTER ADDNODE` takes it: `host:port@busport`.
+    pub fn add_address(&self, i: usize) -> String {
+        let node = &self.nodes[i];
+        format!("127.0.0.1:{}@{}", node.port, node.bus_port)
+    }
+
     /// Node i's `cluster-nodes`: itself at its bus port, the others at
     /// its proxies to them.
     fn nodes_line(&self, i: usize) -> String {
         let entries: Vec<String> = (self.nodes.iter().enumerate())
             .map(|(j, node)| {
-                let bus = match &self.links[i][j] {
+                let bus = match self.links.get(i).and_then(|row| row.get(j)?.as_ref()) {
                     Some(proxy) => proxy.addr.port(),
                     None => node.bus_port,
                 };
@@ -129,7 +180,11 @@ impl Cluster {
         let log = (File::options().create(true).append(true))
             .open(node.dir.with_extension("log"))
             .expect("node log");
-        let child = Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        if node.join {
+            command.args(["--cluster-join", "yes"]);
+        }
+        let child = command
             .args(["--port", &node.port.to_string(), "--dir"])
             .arg(&node.dir)
             .args(["--cluster-enabled", "yes"])
@@ -279,6 +334,13 @@ impl Cluster {
                 continue;
             }
             let info = self.info(i);
+            // A node waiting to be added knows no cluster yet.
+            let known = info
+                .as_ref()
+                .and_then(|info| info.get("cluster_known_nodes").cloned());
+            if known.as_deref() == Some("0") {
+                continue;
+            }
             let id = info
                 .as_ref()
                 .and_then(|info| info.get("cluster_leader_id").cloned());
@@ -379,9 +441,10 @@ impl Cluster {
     /// ways (a silent partition). Clients still reach it.
     pub fn isolate(&self, i: usize) {
         for j in 0..self.size() {
-            if j != i {
-                self.link(i, j).set(Mode::Drop);
-                self.link(j, i).set(Mode::Drop);
+            for (from, to) in [(i, j), (j, i)] {
+                if let Some(proxy) = &self.links[from][to] {
+                    proxy.set(Mode::Drop);
+                }
             }
         }
     }
@@ -389,9 +452,10 @@ impl Cluster {
     /// Every link of node i slowed by `delay` each way.
     pub fn delay(&self, i: usize, delay: Duration) {
         for j in 0..self.size() {
-            if j != i {
-                self.link(i, j).set(Mode::Delay(delay));
-                self.link(j, i).set(Mode::Delay(delay));
+            for (from, to) in [(i, j), (j, i)] {
+                if let Some(proxy) = &self.links[from][to] {
+                    proxy.set(Mode::Delay(delay));
+                }
             }
         }
     }

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -52,6 +52,9 @@ pub struct Bus {
     /// configuration; a peer not listed is reached at the address the
     /// membership gives it.
     peers: Arc<HashMap<NodeId, String>>,
+    /// The bus addresses of members the configuration does not list, as
+    /// the membership in the log gives them ([`Bus::learn`]).
+    learned: Arc<RwLock<HashMap<NodeId, String>>>,
 }
 
 impl Bus {
@@ -61,6 +64,7 @@ impl Bus {
             pool: Pool::new(me, secret, CONNECT_TIMEOUT),
             forward_timeout: FORWARD_TIMEOUT,
             peers: Arc::default(),
+            learned: Arc::default(),
         }
     }
 
@@ -73,9 +77,22 @@ impl Bus {
         self
     }
 
-    /// Where this node reaches `id`'s bus, if its configuration says.
-    pub fn peer_addr(&self, id: NodeId) -> Option<&str> {
-        self.peers.get(&id).map(String::as_str)
+    /// Where this node reaches `id`'s bus: where its configuration says,
+    /// else where the membership said when last learned.
+    pub fn peer_addr(&self, id: NodeId) -> Option<String> {
+        if let Some(addr) = self.peers.get(&id) {
+            return Some(addr.clone());
+        }
+        let learned = self.learned.read().expect("learned peers lock");
+        learned.get(&id).cloned()
+    }
+
+    /// The bus addresses of the current members, from the membership:
+    /// each replaces what was learned before (a member removed is
+    /// forgotten); the configuration's own still come first.
+    pub fn learn(&self, members: impl IntoIterator<Item = (NodeId, String)>) {
+        let members = members.into_iter().collect();
+        *self.learned.write().expect("learned peers lock") = members;
     }
 
     /// The same bus, connecting to its peers in TLS with `connector` (whose
@@ -216,7 +233,7 @@ impl Bus {
             return Err(format!("node {target} is not a peer"));
         };
         let called = (self.pool)
-            .call(addr, Kind::Time, Some(target), &Request::Time, timeout)
+            .call(&addr, Kind::Time, Some(target), &Request::Time, timeout)
             .await;
         match called {
             Ok(Response::Time { seconds }) => Ok(seconds),
@@ -235,7 +252,14 @@ impl Bus {
         Peer {
             pool: self.pool.clone(),
             target,
-            addr: (self.peer_addr(target).map(str::to_string)).unwrap_or_else(|| node.addr.clone()),
+            addr: self.peer_addr(target).unwrap_or_else(|| {
+                // Not learned yet: the membership's entry itself, which
+                // names the bus port after an '@' for an added node.
+                let read = (node.addr.contains('@'))
+                    .then(|| crate::cluster::members::address(target, node))
+                    .flatten();
+                read.map_or_else(|| node.addr.clone(), |read| read.bus_addr.to_string())
+            }),
             append,
         }
     }

@@ -96,6 +96,12 @@ impl LogStore {
         })
     }
 
+    /// The bytes of a log file with no entry and no purge point, as a new
+    /// store writes it.
+    pub fn empty_file() -> Vec<u8> {
+        file::header(None).expect("an empty log's header encodes")
+    }
+
     fn log(&self) -> std::sync::MutexGuard<'_, Log> {
         self.log.lock().expect("log store lock")
     }
