@@ -16,7 +16,8 @@
 //! commands); the core task connections talk to ([`core`]); the start of
 //! a node inside the server ([`start`]); a node whose clock is too far
 //! from the others' refusing to lead ([`skew`], [`clock_guard`]); and what
-//! ROLE, INFO and CLUSTER show ([`status`], [`views`]). docs/cluster.md
+//! ROLE, INFO and CLUSTER show ([`status`], [`views`]); a follower's
+//! `-MOVED` with `cluster-redirect moved` ([`redirect`]). docs/cluster.md
 //! says what is built and what is not.
 
 pub mod bus;
@@ -25,6 +26,7 @@ pub mod core;
 pub mod disk;
 pub mod log_store;
 pub mod node;
+pub mod redirect;
 pub mod serve;
 pub mod skew;
 pub mod snapshot_file;

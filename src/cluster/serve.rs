@@ -12,7 +12,7 @@ use futures_util::FutureExt;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tracing::info;
 
 use super::bus::{Bus, ForwardError, ForwardHandler, serve, serve_tls};
 use super::clock_guard::{self, Guard};
@@ -24,7 +24,7 @@ use super::state_machine::MakeRegistry;
 use super::status::{Address, ClusterStatus};
 use super::types::{ClusterRefusal, Forwarded};
 use crate::ceiling::DataDir;
-use crate::config::{ClusterConfig, ClusterRedirect, Config};
+use crate::config::{ClusterConfig, Config};
 use crate::core::CoreHandle;
 use crate::registry::Registry;
 use crate::state::Shared;
@@ -42,12 +42,6 @@ pub async fn start(
     tls: Option<BusTls>,
 ) -> Result<(CoreHandle, JoinHandle<()>), StartError> {
     let config = shared.config();
-    if cluster.redirect == ClusterRedirect::Moved {
-        warn!(
-            "cluster-redirect moved is not built yet: followers proxy commands to the leader \
-             (cluster-redirect proxy)"
-        );
-    }
     let secret = cluster.secret.clone().map(Bytes::from);
     let peers: HashMap<_, _> = (cluster.peers())
         .map(|member| (member.id, member.bus_addr.to_string()))
