@@ -719,6 +719,10 @@ impl Registry {
         let mut tries = 0;
         let mut unreachable = 0;
         let mut moves = 0;
+        // Nodes this command could not reach: a -MOVED to one of them
+        // (a follower that has not yet seen its leader die) is waited out
+        // as a -TRYAGAIN.
+        let mut dead = vec![false; nodes];
         let mut failures = Vec::new();
         loop {
             let index = self.inner.current.load(Ordering::SeqCst);
@@ -729,6 +733,7 @@ impl Registry {
                     // Nothing was sent: any command may go to the next node.
                     failures.push(format!("{}: {error}", node.url));
                     self.move_on(index);
+                    dead[index] = true;
                     unreachable += 1;
                     if unreachable >= nodes {
                         return Err(Error::Unavailable {
@@ -751,7 +756,7 @@ impl Registry {
                 let to = error
                     .redirect_node()
                     .and_then(|(at, _)| rules::node_at(urls, at));
-                if let Some(to) = to.filter(|&to| to != index && moves < 2 * nodes) {
+                if let Some(to) = to.filter(|&to| to != index && !dead[to] && moves < 2 * nodes) {
                     moves += 1;
                     let _ = (self.inner.current).compare_exchange(
                         index,
@@ -769,6 +774,8 @@ impl Registry {
                 Failure::Moved => unreachable!("handled above"),
                 Failure::Uncertain if write => return Ok(Sent::Uncertain),
                 Failure::TryAgain | Failure::Uncertain => {
+                    // A node answered: the nodes are not all unreachable.
+                    unreachable = 0;
                     if started.elapsed() >= self.inner.options.retry_for {
                         return Err(Error::Unavailable {
                             reason: format!(
@@ -791,6 +798,7 @@ impl Registry {
                     // one new connection to the same node first.
                     if !reused {
                         self.move_on(index);
+                        dead[index] = true;
                         unreachable += 1;
                         if unreachable >= nodes {
                             return Err(Error::Unavailable {
