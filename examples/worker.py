@@ -2,6 +2,12 @@
 
     pip install ./clients/python      # the leased package, and redis-py 5
     python3 examples/worker.py --port 6479 --run run-42 --db checkpoints.db [--wait 30]
+    python3 examples/worker.py --nodes 127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003 ...
+
+With `--nodes` it talks to a cluster: commands go to the node that last
+answered; a follower's `-MOVED` sends them to the leader it names, a node
+that cannot be reached to the next one, and `-TRYAGAIN` or `-CLUSTERDOWN`
+(an election) is retried (the leased package).
 
 It takes a lease on the run with the leased package, which heartbeats it
 in the background at a third of the TTL, and checkpoints its progress
@@ -77,6 +83,9 @@ def decode_checkpoint(data):
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--port", type=int, default=6479, help="leased's port on 127.0.0.1")
+    parser.add_argument(
+        "--nodes", metavar="HOST:PORT,...", help="a cluster's nodes, separated by commas (instead of --port)"
+    )
     parser.add_argument("--run", default="run-42", help="the run to work on")
     parser.add_argument("--db", default="checkpoints.db", help="the SQLite database file")
     parser.add_argument("--worker", default="worker-py", help="this worker's id")
@@ -147,7 +156,11 @@ def main():
     args = parse_args()
     db = sqlite3.connect(args.db, isolation_level=None)  # each statement commits
     db.execute(SCHEMA)
-    registry = leased.Registry(f"redis://127.0.0.1:{args.port}")
+    if args.nodes:
+        # retry_for: long enough for an election (about 2 s) and then some.
+        registry = leased.Registry(nodes=args.nodes.split(","), retry_for=10.0)
+    else:
+        registry = leased.Registry(f"redis://127.0.0.1:{args.port}")
     try:
         lease = acquire(registry, args)
     except leased.RunHeld:

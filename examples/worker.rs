@@ -2,6 +2,12 @@
 //! crate, clients/rust, on the `redis` crate with tokio).
 //!
 //!     cargo run --example worker -- --port 6479 --run run-42 --db checkpoints.db [--wait 30]
+//!     cargo run --example worker -- --nodes 127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003 ...
+//!
+//! With `--nodes` it talks to a cluster: commands go to the node that last
+//! answered; a follower's `-MOVED` sends them to the leader it names, a
+//! node that cannot be reached to the next one, and `-TRYAGAIN` or
+//! `-CLUSTERDOWN` (an election) is retried (the library, clients/rust).
 //!
 //! It acquires the run (the library heartbeats it in the background at a
 //! third of the TTL), and checkpoints its progress into a SQLite table,
@@ -31,7 +37,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use leased_client::{Error, Lease, LeaseOptions, Registry};
+use leased_client::{Error, Lease, LeaseOptions, Registry, RegistryOptions};
 use rusqlite::{Connection, params};
 
 const HELD: u8 = 3;
@@ -80,6 +86,10 @@ struct Options {
     /// leased's port on 127.0.0.1.
     #[arg(long, default_value_t = 6479)]
     port: u16,
+    /// A cluster's nodes, `host:port` separated by commas (instead of
+    /// `--port`).
+    #[arg(long, value_delimiter = ',', value_name = "HOST:PORT,...")]
+    nodes: Vec<String>,
     /// The run to work on.
     #[arg(long, default_value = "run-42")]
     run: String,
@@ -172,8 +182,18 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
     let options = Options::parse();
     let db = Connection::open(&options.db)?;
     db.execute(SCHEMA, [])?;
-    let url = format!("redis://127.0.0.1:{}/?protocol=resp3", options.port);
-    let registry = Registry::connect(&url).await?;
+    let registry = if options.nodes.is_empty() {
+        let url = format!("redis://127.0.0.1:{}/?protocol=resp3", options.port);
+        Registry::connect(&url).await?
+    } else {
+        let urls = (options.nodes.iter()).map(|node| format!("redis://{node}/?protocol=resp3"));
+        // Long enough for an election (about 2 s) and then some.
+        let patient = RegistryOptions {
+            retry_for: Duration::from_secs(10),
+            ..RegistryOptions::default()
+        };
+        Registry::connect_with(urls, patient).await?
+    };
     let Some(mut lease) = acquire(&registry, &options).await? else {
         println!("{} is held by another worker", options.run);
         return Ok(ExitCode::from(HELD));

@@ -97,7 +97,7 @@ fn server(out: &mut String, context: &Context) {
     line(out, "leased_version", env!("CARGO_PKG_VERSION"));
     line(out, "redis_git_sha1", "00000000");
     line(out, "redis_git_dirty", 0);
-    line(out, "redis_mode", "standalone");
+    line(out, "redis_mode", views::mode(shared.cluster().is_some()));
     line(out, "os", system::os_name());
     line(out, "arch_bits", usize::BITS);
     line(out, "monotonic_clock", "POSIX clock_gettime");

@@ -900,3 +900,59 @@ fn code_lines(text: &str) -> Vec<&str> {
         .filter(|l| !l.is_empty())
         .collect()
 }
+
+/// A worker given a cluster's nodes (`--nodes`, a follower first) with
+/// `cluster-redirect moved`: it follows the follower's `-MOVED` to the
+/// leader, and when the leader is killed (`kill -9`) after its second
+/// checkpoint, moves on to the new leader and finishes every step with
+/// its lease, and releases it.
+fn a_worker_moves_on_when_the_leader_dies(language: Language) {
+    let binary = Path::new(env!("CARGO_BIN_EXE_leased"));
+    let mut cluster = common::cluster::Cluster::start(binary, 3, &["--cluster-redirect", "moved"]);
+    let leader = cluster.leader(Duration::from_secs(10));
+    let mut order: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    order.push(leader);
+    let nodes: Vec<String> = (order.iter())
+        .map(|&i| format!("127.0.0.1:{}", cluster.nodes[i].port))
+        .collect();
+    let temp = tempfile::tempdir().unwrap();
+    let db = temp.path().join("checkpoints.db");
+    let run = format!("failover-{language:?}");
+    let mut command = language.command();
+    command.args(["--nodes", &nodes.join(","), "--db"]).arg(&db);
+    command.args([
+        "--run",
+        &run,
+        "--ttl",
+        "9",
+        "--steps",
+        "8",
+        "--interval",
+        "0.5",
+    ]);
+    let mut worker = Worker::spawn(command);
+    worker.line_with("wrote checkpoint 1 ");
+    cluster.kill9(leader);
+    let (code, output) = worker.finish();
+    assert_eq!(code, FINISHED, "{output}");
+    let (_, token) = acquired(&output);
+    assert_eq!(
+        written_steps(&output),
+        (0..8).collect::<Vec<_>>(),
+        "{output}"
+    );
+    assert!(output.contains("released=1"), "{output}");
+    let expected = (7, token, language.worker_id().to_owned());
+    assert_eq!(row(&db, &run), Some(expected), "{output}");
+}
+
+#[test]
+fn the_rust_worker_moves_on_when_the_leader_dies() {
+    a_worker_moves_on_when_the_leader_dies(Rust);
+}
+
+#[test]
+#[ignore = "needs python3 with redis-py 5 and the leased package (pip install 'redis>=5,<6' ./clients/python); run with --include-ignored"]
+fn the_python_worker_moves_on_when_the_leader_dies() {
+    a_worker_moves_on_when_the_leader_dies(Python);
+}

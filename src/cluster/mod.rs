@@ -20,8 +20,9 @@
 //! start of
 //! a node inside the server ([`start`]); a node whose clock is too far
 //! from the others' refusing to lead ([`skew`], [`clock_guard`]); its
-//! counts of elections and snapshots ([`recorder`]); and what
-//! ROLE, INFO and CLUSTER show ([`status`], [`views`]). docs/cluster.md
+//! counts of elections and snapshots ([`recorder`]); what ROLE, INFO and
+//! CLUSTER show ([`status`], [`views`]); a follower's `-MOVED` with
+//! `cluster-redirect moved` ([`redirect`]). docs/cluster.md
 //! says what is built and what is not.
 
 pub mod bus;
@@ -36,6 +37,7 @@ pub mod migrate;
 pub mod node;
 pub mod reads;
 pub mod recorder;
+pub mod redirect;
 pub mod serve;
 pub mod skew;
 pub mod snapshot_file;

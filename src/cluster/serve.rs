@@ -12,7 +12,7 @@ use futures_util::FutureExt;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tracing::info;
 
 use super::bus::{Admission, Bus, ForwardError, ForwardHandler, Handlers, serve_admitting};
 use super::clock_guard::{self, Guard};
@@ -28,7 +28,7 @@ use super::state_machine::MakeRegistry;
 use super::status::{Address, ClusterStatus};
 use super::types::{ClusterRefusal, Forwarded};
 use crate::ceiling::DataDir;
-use crate::config::{ClusterConfig, ClusterRedirect, Config};
+use crate::config::{ClusterConfig, Config};
 use crate::core::CoreHandle;
 use crate::registry::Registry;
 use crate::state::Shared;
@@ -46,12 +46,6 @@ pub async fn start(
     tls: Option<BusTls>,
 ) -> Result<(CoreHandle, JoinHandle<()>), StartError> {
     let config = shared.config();
-    if cluster.redirect == ClusterRedirect::Moved {
-        warn!(
-            "cluster-redirect moved is not built yet: followers proxy commands to the leader \
-             (cluster-redirect proxy)"
-        );
-    }
     super::migrate::before_cluster(&config, cluster, data_dir).map_err(StartError::Migrate)?;
     let secret = cluster.secret.clone().map(Bytes::from);
     let peers: HashMap<_, _> = (cluster.peers())

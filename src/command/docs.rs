@@ -80,8 +80,9 @@ fn statuses(words: &'static [&'static str]) -> Reply {
 }
 
 /// `[name, arity, flags, first_key, last_key, step, acl_categories, tips,
-/// key_specs, subcommands]`. Only the keyspace view's reads name keys (a
-/// run, as a hash); no key specs are given. Redis sends the last three as
+/// key_specs, subcommands]`. The keys are the lease commands' first
+/// argument (a run or a lease id) and the keyspace view's runs; no key
+/// specs are given (cluster clients read the legacy positions). Redis sends the last three as
 /// sets in RESP3; so do we.
 fn info_entry(parent: Option<&CommandSpec>, spec: &'static CommandSpec) -> Reply {
     let (first, last, step) = key_positions(parent, spec);
@@ -109,7 +110,7 @@ fn info_entry(parent: Option<&CommandSpec>, spec: &'static CommandSpec) -> Reply
 /// subcommand's word, come before it), to the last word when it repeats.
 /// None when no argument is a key, or one before it may be left out or
 /// repeat (the key's place would vary).
-fn key_positions(parent: Option<&CommandSpec>, spec: &CommandSpec) -> (i64, i64, i64) {
+pub(crate) fn key_positions(parent: Option<&CommandSpec>, spec: &CommandSpec) -> (i64, i64, i64) {
     let Some(at) = spec.args.iter().position(|arg| arg.kind == ArgKind::Key) else {
         return (0, 0, 0);
     };

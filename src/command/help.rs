@@ -128,6 +128,9 @@ pub const CLUSTER_HELP: &[&str] = &[
     "SLOTS",
     "    Return the slot ranges and the nodes that serve them: every slot, the",
     "    leader, then its replicas.",
+    "SHARDS",
+    "    Return the cluster's shards: one shard of every slot, its nodes the",
+    "    leader (master) and the others (replicas).",
     "HELP",
     "    Print this help.",
 ];

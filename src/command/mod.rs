@@ -74,6 +74,7 @@ pub enum ClusterView {
     Info,
     Nodes,
     Slots,
+    Shards,
     MyId,
     Help,
 }
@@ -340,6 +341,16 @@ impl CommandName {
     pub fn runs_in_multi(&self) -> bool {
         const NOT_QUEUED: [&str; 6] = ["exec", "discard", "multi", "watch", "quit", "reset"];
         self.parent.is_none() && NOT_QUEUED.contains(&self.spec.name)
+    }
+
+    /// The request's first key, at the position `COMMAND INFO` gives for
+    /// the command (none for a command without keys): what a cluster
+    /// client routes it by, and what a follower's `-MOVED` names the slot
+    /// of.
+    pub fn first_key<'a>(&self, args: &'a [Bytes]) -> Option<&'a Bytes> {
+        let (first, _, _) = docs::key_positions(self.parent, self.spec);
+        let first = usize::try_from(first).ok().filter(|&first| first > 0)?;
+        args.get(first)
     }
 
     /// Whether a RESP2 client subscribed to something may run it: only

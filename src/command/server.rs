@@ -396,6 +396,10 @@ pub fn parse_cluster_slots(_: &mut Args) -> Result<Command, Reply> {
     Ok(Command::Cluster(ClusterView::Slots))
 }
 
+pub fn parse_cluster_shards(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Cluster(ClusterView::Shards))
+}
+
 pub fn parse_cluster_myid(_: &mut Args) -> Result<Command, Reply> {
     Ok(Command::Cluster(ClusterView::MyId))
 }

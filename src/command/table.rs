@@ -278,11 +278,15 @@ const FAST_TRANSACTION: &[&str] = &["@fast", "@transaction"];
 
 /// `now` as the lease commands take it: optional, in seconds.
 const NOW: Arg = optional(arg("now", ArgKind::Double));
+/// A lease command's first argument, its key: the run, or the lease id
+/// (whose commands name no run). `COMMAND INFO` gives its position, so
+/// Redis Cluster clients (redis-py's `RedisCluster`) route the command by
+/// its hash slot; a follower's `-MOVED` names the slot of the same
+/// argument (docs/cluster.md, "Cluster clients").
+const RUN: Arg = arg("run", ArgKind::Key);
+const LEASE_ID: Arg = arg("lease_id", ArgKind::Key);
 /// The arguments that name a lease: `LEASE.RELEASE`'s and `LEASE.DELDATA`'s.
-const LEASE_ID_TOKEN: &[Arg] = &[
-    arg("lease_id", ArgKind::String),
-    arg("token", ArgKind::Integer),
-];
+const LEASE_ID_TOKEN: &[Arg] = &[LEASE_ID, arg("token", ArgKind::Integer)];
 
 /// A run id named as a key.
 const KEY: Arg = arg("key", ArgKind::Key);
@@ -325,7 +329,7 @@ pub static COMMANDS: &[CommandSpec] = &[
             .union(Flags::FAST),
         acl_categories: &["@write", "@blocking", "@fast"],
         args: &[
-            arg("run", ArgKind::String),
+            RUN,
             arg("worker", ArgKind::String),
             NOW,
             optional(token("TTL", arg("seconds", ArgKind::Double))),
@@ -344,11 +348,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         flags: LEASE_WRITE,
         acl_categories: LEASE_ACL,
-        args: &[
-            arg("lease_id", ArgKind::String),
-            arg("token", ArgKind::Integer),
-            NOW,
-        ],
+        args: &[LEASE_ID, arg("token", ArgKind::Integer), NOW],
         ..command(
             "lease.heartbeat",
             -3,
@@ -361,7 +361,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         flags: LEASE_WRITE,
         acl_categories: LEASE_ACL,
         args: &[
-            arg("run", ArgKind::String),
+            RUN,
             arg("lease_id", ArgKind::String),
             arg("token", ArgKind::Integer),
             NOW,
@@ -389,7 +389,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         flags: LEASE_WRITE,
         acl_categories: LEASE_ACL,
-        args: &[arg("run", ArgKind::String), NOW],
+        args: &[RUN, NOW],
         ..command(
             "lease.get",
             -2,
@@ -404,7 +404,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         acl_categories: LEASE_ACL,
         complexity: "O(N) where N is the length of the value",
         args: &[
-            arg("lease_id", ArgKind::String),
+            LEASE_ID,
             arg("token", ArgKind::Integer),
             arg("value", ArgKind::String),
             NOW,
@@ -420,7 +420,7 @@ pub static COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         flags: Flags::READONLY.union(Flags::FAST),
         acl_categories: &["@keyspace", "@read", "@fast"],
-        args: &[arg("run", ArgKind::String)],
+        args: &[RUN],
         ..command(
             "lease.getdata",
             2,
@@ -434,7 +434,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         acl_categories: &["@keyspace", "@read", "@slow"],
         complexity: "O(N) where N is the number of tenures returned (at most lease-history-len)",
         args: &[
-            arg("run", ArgKind::String),
+            RUN,
             optional(token("COUNT", arg("count", ArgKind::Integer))),
         ],
         ..command(
@@ -461,7 +461,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         flags: Flags::READONLY.union(Flags::FAST),
         acl_categories: &["@keyspace", "@read", "@fast"],
         complexity: "O(N) where N is the number of clients waiting for the run",
-        args: &[arg("run", ArgKind::String)],
+        args: &[RUN],
         ..command(
             "lease.waiters",
             2,
@@ -1475,6 +1475,15 @@ static CLUSTER_SUBCOMMANDS: &[CommandSpec] = &[
             "slots",
             "Return the slot ranges and their nodes: every slot, served by the leader",
             parse_cluster_slots,
+        )
+    },
+    CommandSpec {
+        flags: Flags::LOADING.union(Flags::STALE),
+        complexity: "O(N) where N is the number of nodes",
+        ..cluster_view(
+            "shards",
+            "Return the cluster's shards: one, every slot, led by the leader",
+            parse_cluster_shards,
         )
     },
     cluster_view("myid", "Return this node's id", parse_cluster_myid),

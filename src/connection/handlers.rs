@@ -22,6 +22,7 @@ use crate::cluster::views;
 use crate::command::{
     self, ClientFilter, ClusterView, Command, KillFilter, SlowlogCommand, docs, help,
 };
+use crate::config::ClusterRedirect;
 use crate::core::{Answer, CoreAnswer, CoreCommand, Refusal};
 use crate::registry::Op;
 use crate::reply::{Protocol, Reply};
@@ -47,6 +48,9 @@ struct Settings {
     max_lock_delay: f64,
     max_data_len: usize,
     slower_than: i64,
+    /// `cluster-redirect moved` in a cluster: a follower redirects keyed
+    /// requests (`moved`).
+    moved: bool,
 }
 
 impl Settings {
@@ -97,6 +101,7 @@ where
             max_lock_delay: config.lease_max_lock_delay,
             max_data_len: config.lease_max_data_len,
             slower_than: config.slowlog_log_slower_than,
+            moved: config.cluster_enabled && config.cluster_redirect == ClusterRedirect::Moved,
         };
         drop(config);
 
@@ -181,7 +186,7 @@ where
         for_core: &mut Vec<CoreCommand>,
     ) -> Flow {
         let protocol = self.session.protocol;
-        if !in_exec && let Some(reply) = self.queue(args) {
+        if !in_exec && let Some(reply) = self.queue(args, settings.moved) {
             slots.push(Slot::Ready(protocol, reply));
             return Flow::Next;
         }
@@ -195,7 +200,12 @@ where
         let checked = command::check_named(args).and_then(|name| {
             match self.refused_while_subscribed(name).filter(|_| !in_exec) {
                 Some(refused) => Err((Some(name), refused)),
-                None => Ok(name),
+                // A transaction's requests were checked when queued, and
+                // again all together at EXEC.
+                None => match self.redirected(settings.moved && !in_exec, name, args) {
+                    Some(moved) => Err((Some(name), moved)),
+                    None => Ok(name),
+                },
             }
         });
         let name = match checked {
@@ -339,14 +349,18 @@ where
 
     /// Inside `MULTI`: queues the request, or refuses it, and answers;
     /// `None` if it runs now (or there is no transaction).
-    fn queue(&mut self, args: &[Bytes]) -> Option<Reply> {
+    fn queue(&mut self, args: &[Bytes], moved: bool) -> Option<Reply> {
         self.transaction.as_ref()?;
         let checked = if !self.session.authenticated && !allowed_before_auth(args) {
             Err((command::name_of(args), Reply::error(NOAUTH)))
         } else {
-            command::check_named(args).and_then(|name| match self.refused_while_subscribed(name) {
-                Some(refused) => Err((Some(name), refused)),
-                None => Ok(name),
+            command::check_named(args).and_then(|name| {
+                let refused = (self.refused_while_subscribed(name))
+                    .or_else(|| self.redirected(moved, name, args));
+                match refused {
+                    Some(refused) => Err((Some(name), refused)),
+                    None => Ok(name),
+                }
             })
         };
         // A refusal while queuing counts against the command refused.
@@ -381,6 +395,11 @@ where
             return Flow::Next;
         };
         let queued = match transaction.into_queued() {
+            // Leadership moved away since the requests were queued.
+            Ok(queued) if let Some(moved) = self.redirected_exec(settings.moved, &queued) => {
+                self.refuse(Some(id), moved, slots);
+                return Flow::Next;
+            }
             Ok(queued) => queued,
             Err(execabort) => {
                 // As in Redis, EXEC ran and failed.
@@ -622,7 +641,10 @@ where
             field("version", Reply::text(env!("CARGO_PKG_VERSION"))),
             field("proto", Reply::Int(self.session.protocol.version())),
             field("id", Reply::Int(self.client.id as i64)),
-            field("mode", Reply::text("standalone")),
+            field(
+                "mode",
+                Reply::text(views::mode(self.shared.cluster().is_some())),
+            ),
             field("role", Reply::text(self.hello_role())),
             field("modules", Reply::Array(Vec::new())),
         ])
@@ -731,7 +753,7 @@ fn help_reply(lines: &[&'static str]) -> Reply {
     Reply::Array(lines.iter().map(|line| Reply::Status(line)).collect())
 }
 
-/// `CLUSTER INFO|NODES|SLOTS|MYID|HELP`, from the status the node published; a
+/// `CLUSTER INFO|NODES|SLOTS|SHARDS|MYID|HELP`, from the status the node published; a
 /// single node refuses every one, as Redis does without cluster support.
 fn cluster_view(status: Option<&ClusterStatus>, view: ClusterView) -> Reply {
     let Some(status) = status else {
@@ -741,6 +763,7 @@ fn cluster_view(status: Option<&ClusterStatus>, view: ClusterView) -> Reply {
         ClusterView::Info => Reply::Verbatim(views::cluster_info(status).into()),
         ClusterView::Nodes => Reply::Verbatim(views::cluster_nodes(status).into()),
         ClusterView::Slots => views::cluster_slots(status),
+        ClusterView::Shards => views::cluster_shards(status),
         ClusterView::MyId => Reply::bulk(views::node_name(status.id)),
         ClusterView::Help => help_reply(help::CLUSTER_HELP),
     }

@@ -21,6 +21,7 @@
 
 mod handlers;
 mod keyspace;
+mod moved;
 mod multi;
 mod pubsub;
 mod session;

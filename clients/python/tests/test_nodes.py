@@ -210,3 +210,29 @@ class RulesTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class MovedTest(unittest.TestCase):
+    """A follower's -MOVED (cluster-redirect moved) and -CLUSTERDOWN."""
+
+    def test_errors_are_classified(self) -> None:
+        from leased._common import error_kind
+
+        self.assertEqual(error_kind(redis.ResponseError("CLUSTERDOWN The cluster is down")), "tryagain")
+        self.assertEqual(error_kind(redis.ResponseError("MOVED 4178 127.0.0.1:7003")), "moved")
+        self.assertIsNone(error_kind(redis.ResponseError("ERR no")))
+
+    def test_a_moved_makes_the_node_it_names_current(self) -> None:
+        from leased._common import NodeList
+
+        nodes = NodeList(["redis://127.0.0.1:7001", "redis://u:p@localhost:7002/0", "redis://127.0.0.1:7003"])
+        self.assertTrue(nodes.moved(0, redis.ResponseError("MOVED 4178 127.0.0.1:7002")))
+        self.assertEqual(nodes.current, 1)
+        # A node not in the list (or the one that answered): on to the next.
+        self.assertFalse(nodes.moved(1, redis.ResponseError("MOVED 4178 127.0.0.1:7009")))
+        self.assertEqual(nodes.current, 2)
+        self.assertFalse(nodes.moved(2, redis.ResponseError("MOVED 4178 127.0.0.1:7003")))
+        self.assertEqual(nodes.current, 0)
+        # Not to a node the command could not reach (a dead leader).
+        self.assertFalse(nodes.moved(0, redis.ResponseError("MOVED 4178 127.0.0.1:7002"), dead=[1]))
+        self.assertEqual(nodes.current, 1)

@@ -93,8 +93,14 @@
 //!   longer shows it unexpired; a `LEASE.SETDATA` took if `LEASE.GETDATA`
 //!   shows its value and token, otherwise it is checked and sent again; a
 //!   `LEASE.RELEASE` is sent again while `LEASE.GET` still shows the
-//!   lease. leased has no cluster mode yet: these rules are tested against
-//!   a fake server (`tests/nodes.rs`), not against a cluster.
+//!   lease. In a cluster with `cluster-redirect moved`, a follower's
+//!   `-MOVED slot host:port` sends the command to the node at that
+//!   address, if it is in the list (a few times in a row at most; then,
+//!   as for a `-MOVED` to a node not in the list, it is retried as a
+//!   `-TRYAGAIN`, from the next node); `-CLUSTERDOWN` (no leader now) is
+//!   retried as `-TRYAGAIN`. These rules are tested against a fake server
+//!   (`tests/nodes.rs`), and examples/worker.rs against a cluster
+//!   (tests/examples.rs).
 
 mod lease;
 mod reply;
@@ -409,22 +415,14 @@ impl Registry {
         })
     }
 
-    /// A blocking acquire, on a connection of its own whose timeout
-    /// outlasts the wait; then a heartbeat at once, to date the deadline.
-    async fn acquire_waiting(
+    /// Sends a blocking acquire on a connection of its own to the first
+    /// node that takes one (from the current one): when it was sent, and
+    /// its answer.
+    async fn send_waiting(
         &self,
-        mut acquire: Cmd,
-        run: &str,
-        worker: &str,
-        wait: Duration,
-        ttl: Duration,
-        with_data: bool,
-    ) -> Result<(Option<reply::Acquired>, Instant), Error> {
-        let block_ms = wait.as_millis().max(1);
-        acquire.arg("BLOCK").arg(block_ms as u64);
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.inner.options.connect_timeout))
-            .set_response_timeout(Some(wait + BLOCK_REPLY_MARGIN));
+        acquire: &Cmd,
+        config: &AsyncConnectionConfig,
+    ) -> Result<(Instant, redis::RedisResult<Value>), Error> {
         let mut waiting = None;
         let mut failures = Vec::new();
         let first = self.inner.current.load(Ordering::SeqCst);
@@ -433,7 +431,7 @@ impl Registry {
             let node = &self.inner.nodes[index];
             match node
                 .client
-                .get_multiplexed_async_connection_with_config(&config)
+                .get_multiplexed_async_connection_with_config(config)
                 .await
             {
                 Ok(connection) => {
@@ -450,7 +448,46 @@ impl Registry {
             });
         };
         let sent = Instant::now();
-        let acquired = match acquire.query_async::<Value>(&mut waiting).await {
+        Ok((sent, acquire.query_async::<Value>(&mut waiting).await))
+    }
+
+    /// A blocking acquire, on a connection of its own whose timeout
+    /// outlasts the wait; then a heartbeat at once, to date the deadline.
+    async fn acquire_waiting(
+        &self,
+        mut acquire: Cmd,
+        run: &str,
+        worker: &str,
+        wait: Duration,
+        ttl: Duration,
+        with_data: bool,
+    ) -> Result<(Option<reply::Acquired>, Instant), Error> {
+        let block_ms = wait.as_millis().max(1);
+        acquire.arg("BLOCK").arg(block_ms as u64);
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.inner.options.connect_timeout))
+            .set_response_timeout(Some(wait + BLOCK_REPLY_MARGIN));
+        // A follower's -MOVED is followed to the leader it names, a few
+        // times at most.
+        let mut moves = 0;
+        let (sent, answer) = loop {
+            let (sent, answer) = self.send_waiting(&acquire, &config).await?;
+            let Err(error) = &answer else {
+                break (sent, answer);
+            };
+            let urls = self.inner.nodes.iter().map(|node| node.url.as_str());
+            let to = error
+                .redirect_node()
+                .and_then(|(at, _)| rules::node_at(urls, at));
+            match to {
+                Some(to) if moves < 2 * self.inner.nodes.len() => {
+                    moves += 1;
+                    self.inner.current.store(to, Ordering::SeqCst);
+                }
+                _ => break (sent, answer),
+            }
+        };
+        let acquired = match answer {
             Ok(value) => reply::lease(value)?,
             Err(error) => match rules::failure(&error) {
                 Failure::Unreachable | Failure::Uncertain => {
@@ -463,10 +500,11 @@ impl Registry {
                         }
                     }
                 }
-                Failure::TryAgain | Failure::Refused => return Err(Error::Redis(error)),
+                Failure::TryAgain | Failure::Moved | Failure::Refused => {
+                    return Err(Error::Redis(error));
+                }
             },
         };
-        drop(waiting);
         let mut deadline = sent + ttl;
         if let Some(lease) = &acquired {
             let beat = Instant::now();
@@ -680,6 +718,11 @@ impl Registry {
         let started = Instant::now();
         let mut tries = 0;
         let mut unreachable = 0;
+        let mut moves = 0;
+        // Nodes this command could not reach: a -MOVED to one of them
+        // (a follower that has not yet seen its leader die) is waited out
+        // as a -TRYAGAIN.
+        let mut dead = vec![false; nodes];
         let mut failures = Vec::new();
         loop {
             let index = self.inner.current.load(Ordering::SeqCst);
@@ -690,6 +733,7 @@ impl Registry {
                     // Nothing was sent: any command may go to the next node.
                     failures.push(format!("{}: {error}", node.url));
                     self.move_on(index);
+                    dead[index] = true;
                     unreachable += 1;
                     if unreachable >= nodes {
                         return Err(Error::Unavailable {
@@ -703,10 +747,35 @@ impl Registry {
                 Ok(value) => return Ok(Sent::Answered(value)),
                 Err(error) => error,
             };
-            match rules::failure(&error) {
+            let mut failure = rules::failure(&error);
+            if failure == Failure::Moved {
+                // Straight to the leader it names, if it is one of ours
+                // (a few times: then as -TRYAGAIN, while the nodes
+                // disagree on who leads).
+                let urls = self.inner.nodes.iter().map(|node| node.url.as_str());
+                let to = error
+                    .redirect_node()
+                    .and_then(|(at, _)| rules::node_at(urls, at));
+                if let Some(to) = to.filter(|&to| to != index && !dead[to] && moves < 2 * nodes) {
+                    moves += 1;
+                    let _ = (self.inner.current).compare_exchange(
+                        index,
+                        to,
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    );
+                    continue;
+                }
+                self.move_on(index);
+                failure = Failure::TryAgain;
+            }
+            match failure {
                 Failure::Refused => return Err(Error::Redis(error)),
+                Failure::Moved => unreachable!("handled above"),
                 Failure::Uncertain if write => return Ok(Sent::Uncertain),
                 Failure::TryAgain | Failure::Uncertain => {
+                    // A node answered: the nodes are not all unreachable.
+                    unreachable = 0;
                     if started.elapsed() >= self.inner.options.retry_for {
                         return Err(Error::Unavailable {
                             reason: format!(
@@ -729,6 +798,7 @@ impl Registry {
                     // one new connection to the same node first.
                     if !reused {
                         self.move_on(index);
+                        dead[index] = true;
                         unreachable += 1;
                         if unreachable >= nodes {
                             return Err(Error::Unavailable {

@@ -13,8 +13,13 @@ use crate::reply::{LeaseInfo, RunData};
 /// What a failed command means for the caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Failure {
-    /// `-TRYAGAIN`: the command did nothing; send it again after a pause.
+    /// `-TRYAGAIN` (or a cluster's `-CLUSTERDOWN`, no leader now): the
+    /// command did nothing; send it again after a pause.
     TryAgain,
+    /// `-MOVED slot host:port`, from a cluster's follower with
+    /// `cluster-redirect moved`: the command did nothing; send it to the
+    /// leader it names.
+    Moved,
     /// `-UNCERTAIN`: a write that may or may not have taken effect; read
     /// the state back to find out.
     Uncertain,
@@ -30,7 +35,8 @@ pub enum Failure {
 pub fn classify(io: bool, code: Option<&str>) -> Failure {
     match code {
         _ if io => Failure::Unreachable,
-        Some("TRYAGAIN") => Failure::TryAgain,
+        Some("TRYAGAIN" | "CLUSTERDOWN") => Failure::TryAgain,
+        Some("MOVED") => Failure::Moved,
         Some("UNCERTAIN") => Failure::Uncertain,
         _ => Failure::Refused,
     }
@@ -46,6 +52,29 @@ pub(crate) fn failure(error: &redis::RedisError) -> Failure {
 pub fn backoff(attempt: u32) -> Duration {
     let ms = 10u64.saturating_mul(1u64 << attempt.min(16));
     Duration::from_millis(ms.min(500))
+}
+
+/// The `host:port` of a node's URL (`redis://[user:pass@]host:port/...`),
+/// to find the node a `-MOVED` names.
+pub fn url_address(url: &str) -> Option<&str> {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?']).next()?;
+    Some(
+        authority
+            .rsplit_once('@')
+            .map_or(authority, |(_, host)| host),
+    )
+}
+
+/// The index of the node at `address` (`host:port`, as a `-MOVED` names
+/// it) among `urls`; `localhost` and `127.0.0.1` are the same host.
+pub fn node_at<'a>(urls: impl IntoIterator<Item = &'a str>, address: &str) -> Option<usize> {
+    let same = |a: &str, b: &str| {
+        let canonical = |text: &str| text.replacen("localhost:", "127.0.0.1:", 1);
+        canonical(a) == canonical(b)
+    };
+    urls.into_iter()
+        .position(|url| url_address(url).is_some_and(|at| same(at, address)))
 }
 
 /// The node after `node` in a list of `nodes`.
@@ -135,11 +164,27 @@ mod tests {
     fn errors_are_classified_by_kind_then_code() {
         assert_eq!(classify(false, Some("TRYAGAIN")), Failure::TryAgain);
         assert_eq!(classify(false, Some("UNCERTAIN")), Failure::Uncertain);
+        assert_eq!(classify(false, Some("CLUSTERDOWN")), Failure::TryAgain);
+        assert_eq!(classify(false, Some("MOVED")), Failure::Moved);
         assert_eq!(classify(false, Some("ERR")), Failure::Refused);
         assert_eq!(classify(false, None), Failure::Refused);
         assert_eq!(classify(true, None), Failure::Unreachable);
         let io = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
         assert_eq!(failure(&io), Failure::Unreachable);
+    }
+
+    #[test]
+    fn a_moved_names_a_node_of_the_list_by_its_address() {
+        let urls = [
+            "redis://127.0.0.1:7001/",
+            "redis://user:pass@localhost:7002/?protocol=resp3",
+            "redis://[::1]:7003",
+        ];
+        assert_eq!(url_address(urls[1]), Some("localhost:7002"));
+        assert_eq!(node_at(urls, "127.0.0.1:7001"), Some(0));
+        assert_eq!(node_at(urls, "127.0.0.1:7002"), Some(1));
+        assert_eq!(node_at(urls, "[::1]:7003"), Some(2));
+        assert_eq!(node_at(urls, "127.0.0.1:7004"), None);
     }
 
     #[test]

@@ -439,3 +439,27 @@ async fn a_checkpoint_unanswered_at_the_deadline_is_lost_then() {
         "{lease:?}"
     );
 }
+
+/// A follower's `-MOVED` (`cluster-redirect moved`) sends the command to
+/// the node it names, and `-CLUSTERDOWN` is retried as `-TRYAGAIN`.
+#[tokio::test]
+async fn a_moved_goes_to_the_node_it_names_and_clusterdown_is_retried() {
+    let downs = Arc::new(AtomicUsize::new(0));
+    let seen = downs.clone();
+    // The leader: no leader known for its first two commands.
+    let leader = Fake::start(move |_| match seen.fetch_add(1, Ordering::SeqCst) {
+        0 | 1 => reply(b"-CLUSTERDOWN The cluster is down\r\n"),
+        _ => reply(NIL),
+    });
+    let moved = format!("-MOVED 4178 127.0.0.1:{}\r\n", leader.port);
+    let follower = Fake::start(move |_| reply(moved.as_bytes()));
+    let registry = Registry::connect_nodes([follower.url(), leader.url()])
+        .await
+        .unwrap();
+    assert_eq!(registry.get("run-42").await.unwrap(), None);
+    assert_eq!(follower.count("LEASE.GET"), 1);
+    assert_eq!(leader.count("LEASE.GET"), 3);
+    // The leader answered last: the next command goes straight to it.
+    assert_eq!(registry.get("run-42").await.unwrap(), None);
+    assert_eq!(follower.count("LEASE.GET"), 1);
+}

@@ -1,5 +1,5 @@
 //! A node's [`ClusterStatus`] in Redis's words: `ROLE`, `CLUSTER
-//! INFO|NODES|SLOTS|MYID` and the cluster's lines of `INFO replication`, so that
+//! INFO|NODES|SLOTS|SHARDS|MYID` and the cluster's lines of `INFO replication`, so that
 //! tools that read Redis's replication and cluster views read ours.
 //!
 //! The mapping, where Redis has no exact word:
@@ -36,6 +36,12 @@ pub const DISABLED: &str = "ERR This instance has cluster support disabled";
 /// The 40-hex-digit name Redis gives a node, from its numeric id.
 pub fn node_name(id: NodeId) -> String {
     format!("{id:040x}")
+}
+
+/// HELLO's `mode` and INFO's `redis_mode`: `cluster` on a cluster's node,
+/// as Redis Cluster says, else `standalone`.
+pub fn mode(cluster: bool) -> &'static str {
+    if cluster { "cluster" } else { "standalone" }
 }
 
 /// leased's own name for a role, in `CLUSTER INFO`.
@@ -242,6 +248,51 @@ fn slot_node(member: &Member) -> Reply {
         Reply::Int(i64::from(member.addr.port())),
         Reply::bulk(node_name(member.id)),
         Reply::Array(Vec::new()),
+    ])
+}
+
+/// `CLUSTER SHARDS`, Redis 7's form: one shard, `slots` `[0, 16383]`, its
+/// `nodes` the leader (`master`) then the other members (`replica`), each
+/// a map of `id`, `port`, `ip`, `endpoint`, `role`, `replication-offset`
+/// (the leader's applied index; a member's matched index where the leader
+/// knows it, else 0) and `health` (`online`: a node does not track its
+/// peers' health). Without a leader, every member is a master of no slots
+/// in a shard of its own, as `CLUSTER NODES` shows them.
+pub fn cluster_shards(status: &ClusterStatus) -> Reply {
+    let Some(leader) = status.leader_member() else {
+        let shards = status
+            .members
+            .iter()
+            .map(|member| shard(Vec::new(), vec![shard_node(member, "master", 0)]));
+        return Reply::Array(shards.collect());
+    };
+    let mut nodes = vec![shard_node(leader, "master", applied(status))];
+    let others = status.members.iter().filter(|m| m.id != leader.id);
+    nodes.extend(others.map(|member| shard_node(member, "replica", member.matched.unwrap_or(0))));
+    let slots = vec![Reply::Int(0), Reply::Int(i64::from(SLOTS - 1))];
+    Reply::Array(vec![shard(slots, nodes)])
+}
+
+fn shard(slots: Vec<Reply>, nodes: Vec<Reply>) -> Reply {
+    Reply::Map(vec![
+        (Reply::text("slots"), Reply::Array(slots)),
+        (Reply::text("nodes"), Reply::Array(nodes)),
+    ])
+}
+
+fn shard_node(member: &Member, role: &'static str, offset: u64) -> Reply {
+    let ip = member.addr.ip().to_string();
+    Reply::Map(vec![
+        (Reply::text("id"), Reply::bulk(node_name(member.id))),
+        (
+            Reply::text("port"),
+            Reply::Int(i64::from(member.addr.port())),
+        ),
+        (Reply::text("ip"), Reply::bulk(ip.clone())),
+        (Reply::text("endpoint"), Reply::bulk(ip)),
+        (Reply::text("role"), Reply::text(role)),
+        (Reply::text("replication-offset"), int(offset)),
+        (Reply::text("health"), Reply::text("online")),
     ])
 }
 

@@ -320,3 +320,60 @@ fn cluster_slots_are_all_the_leaders() {
         Reply::Array(vec![])
     );
 }
+
+fn shard_node(id: NodeId, role: &'static str, offset: i64) -> Reply {
+    Reply::Map(vec![
+        (Reply::text("id"), bulk(&node_name(id))),
+        (Reply::text("port"), Reply::Int(7000 + id as i64)),
+        (Reply::text("ip"), bulk("127.0.0.1")),
+        (Reply::text("endpoint"), bulk("127.0.0.1")),
+        (Reply::text("role"), Reply::text(role)),
+        (Reply::text("replication-offset"), Reply::Int(offset)),
+        (Reply::text("health"), Reply::text("online")),
+    ])
+}
+
+fn shard(slots: Vec<Reply>, nodes: Vec<Reply>) -> Reply {
+    Reply::Map(vec![
+        (Reply::text("slots"), Reply::Array(slots)),
+        (Reply::text("nodes"), Reply::Array(nodes)),
+    ])
+}
+
+#[test]
+fn cluster_shards_is_one_shard_led_by_the_leader() {
+    let every_slot = vec![Reply::Int(0), Reply::Int(16383)];
+    // The leader knows what its followers hold (node 3: not yet).
+    assert_eq!(
+        cluster_shards(&leader()),
+        Reply::Array(vec![shard(
+            every_slot.clone(),
+            vec![
+                shard_node(1, "master", 41),
+                shard_node(2, "replica", 40),
+                shard_node(3, "replica", 0),
+            ],
+        )])
+    );
+    // A follower names the same leader and members.
+    assert_eq!(
+        cluster_shards(&status(3, Role::Follower, Some(2))),
+        Reply::Array(vec![shard(
+            every_slot,
+            vec![
+                shard_node(2, "master", 41),
+                shard_node(1, "replica", 0),
+                shard_node(3, "replica", 0),
+            ],
+        )])
+    );
+    // Without a leader: every node a master of no slots, as CLUSTER NODES.
+    assert_eq!(
+        cluster_shards(&status(1, Role::Candidate, None)),
+        Reply::Array(
+            (1..=3)
+                .map(|id| shard(vec![], vec![shard_node(id, "master", 0)]))
+                .collect()
+        )
+    );
+}

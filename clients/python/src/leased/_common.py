@@ -247,10 +247,13 @@ def check_ttl(ttl: float) -> float:
 
 
 def error_kind(error: BaseException) -> Optional[str]:
-    """``tryagain`` or ``uncertain`` for those error replies, else None."""
+    """``tryagain``, ``uncertain`` or ``moved`` for those error replies, else
+    None. A cluster's ``-CLUSTERDOWN`` (no leader now) is a ``tryagain``."""
     text = str(error)
-    if text.startswith("TRYAGAIN"):
+    if text.startswith(("TRYAGAIN", "CLUSTERDOWN")):
         return "tryagain"
+    if text.startswith("MOVED "):
+        return "moved"
     if text.startswith("UNCERTAIN"):
         return "uncertain"
     return None
@@ -273,6 +276,13 @@ def node_urls(url: Optional[str], nodes: Optional[Sequence[Node]]) -> List[str]:
     return urls
 
 
+def url_address(url: str) -> str:
+    """The ``host:port`` of a node's URL (``redis://[user:pass@]host:port/...``)."""
+    rest = url.split("://", 1)[-1]
+    authority = rest.split("/", 1)[0].split("?", 1)[0]
+    return authority.rsplit("@", 1)[-1]
+
+
 class NodeList:
     """The nodes, and the one to try first: the last that answered. A node
     that fails moves the start on to the next, in order, round the list."""
@@ -288,6 +298,22 @@ class NodeList:
     def failed(self, index: int) -> None:
         if index == self.current:
             self.current = (index + 1) % len(self.urls)
+
+    def moved(self, index: int, error: BaseException, dead: Sequence[int] = ()) -> bool:
+        """After ``-MOVED slot host:port`` from node ``index``: makes the node
+        at that address the current one and says True, if it is in the list,
+        not ``index`` and not among ``dead`` (nodes the command could not
+        reach: a follower that has not yet seen its leader die names it);
+        else moves on to the next node and says False (the caller then
+        waits, as for ``-TRYAGAIN``)."""
+        address = str(error).split()[-1]
+        canonical = lambda text: text.replace("localhost:", "127.0.0.1:", 1)  # noqa: E731
+        for to, url in enumerate(self.urls):
+            if to != index and to not in dead and canonical(url_address(url)) == canonical(address):
+                self.current = to
+                return True
+        self.failed(index)
+        return False
 
 
 class Backoff:

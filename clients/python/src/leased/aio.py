@@ -123,12 +123,15 @@ class Registry:
         timeout = self._socket_timeout if timeout is None else timeout
         backoff = Backoff(self._retry_for)
         unreachable = 0
+        moves = 0
+        dead: List[int] = []  # the nodes this command could not reach
         while True:
             index = self._nodes.current
             try:
                 return await self._client(index, timeout).execute_command(*args)
             except _FAILURES as error:
                 self._nodes.failed(index)
+                dead.append(index)
                 if write:
                     raise Uncertain(str(error)) from error
                 unreachable += 1
@@ -138,8 +141,15 @@ class Registry:
                 kind = error_kind(error)
                 if kind == "uncertain":
                     raise Uncertain(str(error)) from error
-                if kind != "tryagain":
+                # A follower's MOVED: straight to the leader it names (a few
+                # times in a row; then as TRYAGAIN, while nodes disagree).
+                if kind == "moved" and moves < 2 * len(self._nodes.urls):
+                    moves += 1
+                    if self._nodes.moved(index, error, dead):
+                        continue
+                elif kind != "tryagain" and kind != "moved":
                     raise
+                unreachable = 0  # a node answered
                 delay = backoff.next()
                 if delay is None:
                     raise Unavailable(f"{args[0]} still answered {error} after retrying") from error
@@ -322,7 +332,9 @@ class Lease:
                 kind = error_kind(error)
                 if kind is None:
                     raise
-                if kind == "tryagain":
+                if kind == "moved" and registry._nodes.moved(index, error):
+                    continue
+                if kind in ("tryagain", "moved"):
                     await asyncio.sleep(0.05)
                     continue
             finally:
