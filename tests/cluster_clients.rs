@@ -177,7 +177,19 @@ fn a_follower_redirects_keyed_commands_to_the_leader() {
     assert_eq!(text(&field(&nodes[0], "role")), "master");
 
     // Two nodes of three gone: the survivor knows no leader once it has
-    // stood for election, and answers CLUSTERDOWN.
+    // stood for election, and answers CLUSTERDOWN. A node stands for
+    // election only once it has compared its clock with a majority's
+    // (docs/cluster.md, "Clocks"): with two peers dead it never could, so
+    // the kills wait for the survivor's verdict.
+    let judged = Instant::now() + FAILOVER;
+    while !cluster.log(other).contains("it may lead") {
+        assert!(
+            Instant::now() < judged,
+            "no clock verdict on node {}",
+            other + 1
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let third = (0..3).find(|&i| i != leader && i != other).unwrap();
     cluster.kill9(leader);
     cluster.kill9(third);
