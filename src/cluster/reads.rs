@@ -307,6 +307,13 @@ impl Reader {
     /// leader.
     async fn read_index(&self) -> Result<ReadIndex, Refusal> {
         let leader = self.node.raft.metrics().borrow_watched().current_leader;
+        // Not added yet, or removed (a removed leader still leads until it
+        // hands its lead over): such a node serves no lease command.
+        if leader != Some(self.node.id)
+            && let Some(why) = self.node.not_member()
+        {
+            return Err(Refusal::TryAgain(why));
+        }
         match leader {
             None => Err(Refusal::TryAgain("the cluster has no leader now".into())),
             Some(leader) if leader == self.node.id => {

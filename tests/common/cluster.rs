@@ -191,7 +191,7 @@ impl Cluster {
             .args(["--cluster-node-id", &node.id.to_string()])
             .args(["--cluster-nodes", &line])
             .args(&self.extra)
-            .args(&self.own[i])
+            .args(self.own.get(i).into_iter().flatten())
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
