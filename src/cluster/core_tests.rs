@@ -429,20 +429,7 @@ async fn a_blocked_acquire_on_a_follower_gets_the_run_when_it_is_released() {
     // The waiter reaches the leader's queue over the network, after the
     // follower answered that it blocks: WAITERS (the leader's queue, on any
     // node) shows it once it is there.
-    let listed = async {
-        loop {
-            let waiters = cluster
-                .core(follower)
-                .call(vec![CoreCommand::Waiters(Bytes::from_static(b"a"))])
-                .await;
-            if matches!(&waiters.answers[0], CoreAnswer::Workers(workers) if workers == &[Bytes::from_static(b"w2")])
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    };
-    tokio::time::timeout(WAIT, listed).await.unwrap();
+    queue_is(&cluster, follower, "a", &["w2"]).await;
 
     assert!(flag(&cluster.call(leader, vec![release(&held)]).await[0]));
     let granted = tokio::time::timeout(WAIT, waiting).await.unwrap().unwrap();

@@ -307,11 +307,10 @@ impl Reader {
     /// leader.
     async fn read_index(&self) -> Result<ReadIndex, Refusal> {
         let leader = self.node.raft.metrics().borrow_watched().current_leader;
-        // Not added yet, or removed (a removed leader still leads until it
-        // hands its lead over): such a node serves no lease command.
-        if leader != Some(self.node.id)
-            && let Some(why) = self.node.not_member()
-        {
+        // Not added yet, or removed: such a node serves no read (a removed
+        // leader still commits writes until it hands its lead over, but
+        // its read index is refused, so it says why instead).
+        if let Some(why) = self.node.not_member() {
             return Err(Refusal::TryAgain(why));
         }
         match leader {
