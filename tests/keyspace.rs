@@ -547,7 +547,8 @@ async fn keyspace_reads_run_in_a_transaction_and_a_write_aborts_one() {
 }
 
 /// `COMMAND INFO` gives the keyspace reads Redis's key positions, so a
-/// cluster-aware client knows where their key is; lease commands have none.
+/// cluster-aware client knows where their key is; so do the lease commands
+/// that name a run or a lease (their first argument), not `LEASE.SCAN`.
 #[tokio::test(start_paused = true)]
 async fn command_info_names_where_the_key_is() {
     let server = InProcess::start(&[]).await;
@@ -560,7 +561,9 @@ async fn command_info_names_where_the_key_is() {
         ("memory|usage", [2, 2, 1]),
         ("object|encoding", [2, 2, 1]),
         ("scan", [0, 0, 0]),
-        ("lease.acquire", [0, 0, 0]),
+        ("lease.acquire", [1, 1, 1]),
+        ("lease.heartbeat", [1, 1, 1]),
+        ("lease.scan", [0, 0, 0]),
     ] {
         let info = array(con.run(&["COMMAND", "INFO", name]).await);
         let entry = array(info[0].clone());
