@@ -334,11 +334,12 @@ impl Cluster {
                 continue;
             }
             let info = self.info(i);
-            // A node waiting to be added knows no cluster yet.
+            // A node waiting to be added knows no cluster yet (a founding
+            // node that knows none has not started: it must agree too).
             let known = info
                 .as_ref()
                 .and_then(|info| info.get("cluster_known_nodes").cloned());
-            if known.as_deref() == Some("0") {
+            if self.nodes[i].join && known.as_deref() == Some("0") {
                 continue;
             }
             let id = info
