@@ -676,23 +676,13 @@ fn a_rolling_restart_loses_no_acknowledged_change() {
     let urls: Vec<String> = (0..cluster.size()).map(|i| cluster.url(i)).collect();
     let recorder = Recorder::new();
     let done = Arc::new(AtomicBool::new(false));
-    let running: Vec<_> = (0..6)
-        .map(|client| {
-            let mut mine = urls.clone();
-            mine.rotate_left(client % urls.len());
-            let mut worker = Worker::new(client, &mine[0], REPLY_TIMEOUT);
-            let (recorder, done) = (recorder.clone(), done.clone());
-            thread::spawn(move || {
-                let workload = Workload {
-                    runs: 6,
-                    ttl: 2.0,
-                    pause: Duration::from_millis(20),
-                    rotate: true,
-                };
-                recording::work(&mut worker, &recorder, &workload, &mine, &done)
-            })
-        })
-        .collect();
+    let workload = Workload {
+        runs: 6,
+        ttl: 2.0,
+        pause: Duration::from_millis(20),
+        rotate: true,
+    };
+    let running = recording::spawn_clients(&urls, 6, workload, REPLY_TIMEOUT, &recorder, &done);
     thread::sleep(Duration::from_millis(500));
     let term = |cluster: &Cluster| {
         let leader = cluster.leader(Duration::from_secs(10));

@@ -106,23 +106,13 @@ fn clients(
     done: &Arc<AtomicBool>,
 ) -> Vec<thread::JoinHandle<Vec<(f64, Reply)>>> {
     let urls: Vec<String> = on.iter().map(|&i| cluster.url(i)).collect();
-    (0..count)
-        .map(|client| {
-            let mut mine = urls.clone();
-            mine.rotate_left(client % urls.len());
-            let mut worker = Worker::new(client, &mine[0], REPLY_TIMEOUT);
-            let (recorder, done) = (recorder.clone(), done.clone());
-            thread::spawn(move || {
-                let workload = Workload {
-                    runs: 8,
-                    ttl: 2.0,
-                    pause: Duration::from_millis(20),
-                    rotate: true,
-                };
-                recording::work(&mut worker, &recorder, &workload, &mine, &done)
-            })
-        })
-        .collect()
+    let workload = Workload {
+        runs: 8,
+        ttl: 2.0,
+        pause: Duration::from_millis(20),
+        rotate: true,
+    };
+    recording::spawn_clients(&urls, count, workload, REPLY_TIMEOUT, recorder, done)
 }
 
 /// The checker finds nothing, and no command failed with an error other

@@ -198,6 +198,31 @@ pub struct Workload {
     pub rotate: bool,
 }
 
+/// `count` clients, each on its own thread [`work`]ing until `done`,
+/// client `i` starting on node `i mod urls.len()` and moving on to the
+/// next node after a reply that is not an answer; each returns its
+/// replies.
+#[allow(dead_code)]
+pub fn spawn_clients(
+    urls: &[String],
+    count: usize,
+    workload: Workload,
+    timeout: Duration,
+    recorder: &Recorder,
+    done: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<std::thread::JoinHandle<Vec<(f64, Reply)>>> {
+    let workload = std::sync::Arc::new(workload);
+    (0..count)
+        .map(|client| {
+            let mut mine = urls.to_vec();
+            mine.rotate_left(client % urls.len());
+            let mut worker = Worker::new(client, &mine[0], timeout);
+            let (recorder, done, workload) = (recorder.clone(), done.clone(), workload.clone());
+            std::thread::spawn(move || work(&mut worker, &recorder, &workload, &mine, &done))
+        })
+        .collect()
+}
+
 /// A client's life until `done`: without a lease it acquires a random run;
 /// with one it heartbeats (6 in 10), validates (3 in 10) or releases it,
 /// and forgets it when told 0 or when its fate is unknown. Returns each
