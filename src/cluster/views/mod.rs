@@ -226,20 +226,33 @@ fn node_line(status: &ClusterStatus, member: &Member) -> String {
 /// `CLUSTER SLOTS`, Redis 7's form: one range, every slot, served by the
 /// leader, then the other members as its replicas; each node is `[ip,
 /// port, name, []]` (the last, Redis's extra networking metadata, is
-/// empty). Without a leader no slot is served: an empty array. This is
-/// what cluster clients read to find where to send commands.
+/// empty). This is what cluster clients read to find where to send
+/// commands. Without a leader known (an election) this node is named in
+/// the leader's place; see [`serving`].
 pub fn cluster_slots(status: &ClusterStatus) -> Reply {
-    let Some(leader) = status.leader_member() else {
+    let Some(head) = serving(status) else {
         return Reply::Array(Vec::new());
     };
     let mut range = vec![Reply::Int(0), Reply::Int(i64::from(SLOTS - 1))];
-    range.push(slot_node(leader));
-    let others = status
-        .members
-        .iter()
-        .filter(|member| member.id != leader.id);
+    range.push(slot_node(head));
+    let others = status.members.iter().filter(|member| member.id != head.id);
     range.extend(others.map(slot_node));
     Reply::Array(vec![Reply::Array(range)])
+}
+
+/// The member `CLUSTER SLOTS` and `CLUSTER SHARDS` name as the slots'
+/// master: the leader, or while none is known this node itself (`None`
+/// only on a node that is not a member). Redis never shows a cluster
+/// client an empty slot map while its slots are assigned, and clients
+/// are built for that: the `redis` crate's cluster client drops every
+/// connection to a node the map does not name, so an empty map in an
+/// election left it with none, and its retries of that case do not wait.
+/// Named, this node answers `-CLUSTERDOWN` (`-TRYAGAIN` in proxy mode)
+/// until the election ends, which every cluster client waits on and
+/// retries.
+fn serving(status: &ClusterStatus) -> Option<&Member> {
+    let me = || status.members.iter().find(|member| member.id == status.id);
+    status.leader_member().or_else(me)
 }
 
 fn slot_node(member: &Member) -> Reply {
@@ -256,18 +269,14 @@ fn slot_node(member: &Member) -> Reply {
 /// a map of `id`, `port`, `ip`, `endpoint`, `role`, `replication-offset`
 /// (the leader's applied index; a member's matched index where the leader
 /// knows it, else 0) and `health` (`online`: a node does not track its
-/// peers' health). Without a leader, every member is a master of no slots
-/// in a shard of its own, as `CLUSTER NODES` shows them.
+/// peers' health). Without a leader known, this node is the master, as in
+/// `CLUSTER SLOTS`.
 pub fn cluster_shards(status: &ClusterStatus) -> Reply {
-    let Some(leader) = status.leader_member() else {
-        let shards = status
-            .members
-            .iter()
-            .map(|member| shard(Vec::new(), vec![shard_node(member, "master", 0)]));
-        return Reply::Array(shards.collect());
+    let Some(head) = serving(status) else {
+        return Reply::Array(Vec::new());
     };
-    let mut nodes = vec![shard_node(leader, "master", applied(status))];
-    let others = status.members.iter().filter(|m| m.id != leader.id);
+    let mut nodes = vec![shard_node(head, "master", applied(status))];
+    let others = status.members.iter().filter(|m| m.id != head.id);
     nodes.extend(others.map(|member| shard_node(member, "replica", member.matched.unwrap_or(0))));
     let slots = vec![Reply::Int(0), Reply::Int(i64::from(SLOTS - 1))];
     Reply::Array(vec![shard(slots, nodes)])

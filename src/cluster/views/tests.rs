@@ -315,9 +315,17 @@ fn cluster_slots_are_all_the_leaders() {
     // The same from any node that knows the leader.
     assert_eq!(cluster_slots(&status(1, Role::Follower, Some(2))), expected);
     assert_eq!(cluster_slots(&status(3, Role::Learner, Some(2))), expected);
+    // Without a leader known, the node answering is named in its place:
+    // never an empty map, which leaves a cluster client no connection.
     assert_eq!(
         cluster_slots(&status(1, Role::Candidate, None)),
-        Reply::Array(vec![])
+        Reply::Array(vec![Reply::Array(vec![
+            Reply::Int(0),
+            Reply::Int(16383),
+            slot_node("127.0.0.1", 7001, ONE),
+            slot_node("127.0.0.1", 7002, TWO),
+            slot_node("127.0.0.1", 7003, THREE),
+        ])])
     );
 }
 
@@ -367,13 +375,16 @@ fn cluster_shards_is_one_shard_led_by_the_leader() {
             ],
         )])
     );
-    // Without a leader: every node a master of no slots, as CLUSTER NODES.
+    // Without a leader known: this node in its place, as CLUSTER SLOTS.
     assert_eq!(
-        cluster_shards(&status(1, Role::Candidate, None)),
-        Reply::Array(
-            (1..=3)
-                .map(|id| shard(vec![], vec![shard_node(id, "master", 0)]))
-                .collect()
-        )
+        cluster_shards(&status(3, Role::Candidate, None)),
+        Reply::Array(vec![shard(
+            vec![Reply::Int(0), Reply::Int(16383)],
+            vec![
+                shard_node(3, "master", 41),
+                shard_node(1, "replica", 0),
+                shard_node(2, "replica", 0),
+            ],
+        )])
     );
 }
