@@ -498,6 +498,16 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        // A failed test shows what the nodes logged last: CI keeps only
+        // the test's output.
+        if std::thread::panicking() {
+            for i in 0..self.nodes.len() {
+                let log = self.log(i);
+                let lines: Vec<&str> = log.lines().collect();
+                let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+                eprintln!("--- node {} (last 40 lines of its log) ---\n{tail}", i + 1);
+            }
+        }
         for node in &mut self.nodes {
             if let Some(mut child) = node.child.take() {
                 // SIGKILL ends a stopped process too.
