@@ -67,10 +67,10 @@ pub async fn start(
             })
             .collect(),
         heartbeat: cluster.heartbeat_interval,
-        election_timeout: cluster.election_timeout_min,
+        election_timeout: cluster.election_timeout,
         // Long enough for a new leader to be elected and an entry to
         // commit through it.
-        patience: (cluster.election_timeout_max * 2).max(Duration::from_secs(3)),
+        patience: (cluster.election_timeout * 4).max(Duration::from_secs(3)),
         storage: Storage::Dir(data_dir.path().to_path_buf()),
         join: cluster.join,
     };

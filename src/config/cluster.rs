@@ -189,10 +189,10 @@ pub struct ClusterConfig {
     pub max_clock_skew: Duration,
     /// How often the leader sends heartbeats.
     pub heartbeat_interval: Duration,
-    /// A follower that hears no leader for a random time between these
-    /// two stands for election (the maximum is twice the minimum).
-    pub election_timeout_min: Duration,
-    pub election_timeout_max: Duration,
+    /// `cluster-election-timeout`: after this long without hearing its
+    /// leader a follower votes for a candidate, and it stands for election
+    /// itself after a random 1.5 to 2 times it (src/cluster/start.rs).
+    pub election_timeout: Duration,
     /// How a follower treats a client's write: proxied to the leader, or
     /// answered `-MOVED`.
     pub redirect: ClusterRedirect,
@@ -363,15 +363,13 @@ impl Config {
         {
             return Err(ClusterError::NeedsSecret { address: node.ip });
         }
-        let election_timeout = Duration::from_millis(self.cluster_election_timeout);
         Ok(Some(ClusterConfig {
             node_id: me.id,
             members,
             secret,
             max_clock_skew: Duration::from_millis(self.cluster_max_clock_skew),
             heartbeat_interval: Duration::from_millis(self.cluster_heartbeat_interval),
-            election_timeout_min: election_timeout,
-            election_timeout_max: election_timeout * 2,
+            election_timeout: Duration::from_millis(self.cluster_election_timeout),
             redirect: self.cluster_redirect,
             join: self.cluster_join,
             init_from_single: self.cluster_init_from_single,
