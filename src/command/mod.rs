@@ -156,6 +156,10 @@ pub enum Command {
     Info(Vec<Bytes>),
     /// `BGREWRITEAOF`: compact the append-only log.
     RewriteLog,
+    /// `BGSAVE`: a cluster node builds its snapshot now.
+    Save,
+    /// `LASTSAVE`: when the node's snapshot was last saved.
+    LastSave,
     /// `CONFIG SET parameter value ...`, the pairs as given.
     ConfigSet(Vec<(Bytes, Bytes)>),
     ConfigResetStat,

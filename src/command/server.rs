@@ -14,6 +14,21 @@ pub fn parse_bgrewriteaof(_: &mut Args) -> Result<Command, Reply> {
     Ok(Command::RewriteLog)
 }
 
+/// `BGSAVE [SCHEDULE]`: SCHEDULE changes nothing (nothing else runs in
+/// the background that would make a save wait).
+pub fn parse_bgsave(args: &mut Args) -> Result<Command, Reply> {
+    let options = args.take_rest();
+    match &options[..] {
+        [] => Ok(Command::Save),
+        [option] if option.eq_ignore_ascii_case(b"schedule") => Ok(Command::Save),
+        _ => Err(syntax_error()),
+    }
+}
+
+pub fn parse_lastsave(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::LastSave)
+}
+
 pub fn parse_info(args: &mut Args) -> Result<Command, Reply> {
     Ok(Command::Info(args.take_rest()))
 }

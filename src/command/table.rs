@@ -525,6 +525,32 @@ pub static COMMANDS: &[CommandSpec] = &[
         )
     },
     CommandSpec {
+        flags: Flags::ADMIN
+            .union(Flags::NOSCRIPT)
+            .union(Flags::NO_ASYNC_LOADING),
+        acl_categories: &["@admin", "@slow", "@dangerous"],
+        args: &[optional(word("schedule", "SCHEDULE"))],
+        ..command(
+            "bgsave",
+            -1,
+            "server",
+            "Cluster mode: build this node's Raft snapshot now, in the background (the file a \
+             backup copies)",
+            parse_bgsave,
+        )
+    },
+    CommandSpec {
+        flags: Flags::LOADING.union(Flags::STALE).union(Flags::FAST),
+        acl_categories: &["@admin", "@fast", "@dangerous"],
+        ..command(
+            "lastsave",
+            1,
+            "server",
+            "The Unix time of this node's last saved snapshot (the server's start on a single node)",
+            parse_lastsave,
+        )
+    },
+    CommandSpec {
         flags: Flags::FAST,
         acl_categories: FAST_CONNECTION,
         args: &[optional(arg("message", ArgKind::String))],

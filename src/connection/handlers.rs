@@ -268,6 +268,8 @@ where
             ),
             Command::Info(sections) => (CoreCommand::Report, Wording::Info(sections)),
             Command::RewriteLog => (CoreCommand::RewriteLog, Wording::Plain),
+            Command::Save => (CoreCommand::Save, Wording::Plain),
+            Command::LastSave => (CoreCommand::Report, Wording::LastSave),
             Command::ConfigSet(pairs) => (CoreCommand::Configure(pairs), Wording::Plain),
             Command::ConfigResetStat => (CoreCommand::ResetStats, Wording::Plain),
             Command::Exec => {
@@ -527,6 +529,8 @@ where
             | Command::ClientUnblock { .. }
             | Command::Info(_)
             | Command::RewriteLog
+            | Command::Save
+            | Command::LastSave
             | Command::ConfigSet(_)
             | Command::ConfigResetStat
             | Command::ClusterChange(_)
