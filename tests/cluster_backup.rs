@@ -8,6 +8,8 @@
 mod common;
 
 use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -267,4 +269,93 @@ fn a_single_node_refuses_bgsave_and_its_lastsave_is_its_start() {
     assert!(lastsave <= unix_now() && lastsave + 60 > unix_now());
     assert_eq!(info_number(&info, "rdb_saves"), 0);
     assert!(!info.contains_key("snapshot_last_fencing_token"));
+    // What redis-cli --rdb sends: accepted, and SYNC refused here without
+    // closing the connection.
+    assert_eq!(client.run(&["REPLCONF", "capa", "eof"]), Value::Okay);
+    assert_eq!(client.run(&["REPLCONF", "rdb-only", "1"]), Value::Okay);
+    assert_eq!(
+        client.error(&["REPLCONF", "rdb-filter-only", "functions"]),
+        "ERR Unrecognized REPLCONF option: rdb-filter-only"
+    );
+    let refused = client.error(&["SYNC"]);
+    assert!(
+        refused.starts_with("ERR SYNC is for cluster mode"),
+        "{refused}"
+    );
+    client.ping();
+}
+
+/// A node's answer to `SYNC` on a raw connection, read to its end.
+fn raw_sync(port: u16) -> Vec<u8> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream.write_all(b"*1\r\n$4\r\nSYNC\r\n").unwrap();
+    let mut answer = Vec::new();
+    // To the end: the node closes the connection after the file.
+    stream.read_to_end(&mut answer).unwrap();
+    answer
+}
+
+#[test]
+fn sync_sends_the_nodes_snapshot_file_whole_then_closes() {
+    let cluster = Cluster::start(Path::new(BINARY), 3, &[]);
+    let leader = cluster.leader(Duration::from_secs(10));
+    let node = (leader + 2) % 3;
+    let port = cluster.nodes[node].port;
+    let before = String::from_utf8(raw_sync(port)).unwrap();
+    assert!(
+        before.starts_with("-ERR this node has no snapshot yet"),
+        "{before}"
+    );
+    let mut client = Client::new(cluster.connect(leader));
+    acquire(&mut client, "run", "w");
+    cluster.converged(Duration::from_secs(10));
+    let mut client = Client::new(cluster.connect(node));
+    assert_eq!(client.run(&["BGSAVE"]), status("Background saving started"));
+    wait_saved(&mut client, 1);
+    let file = std::fs::read(cluster.nodes[node].dir.join("raft/snapshot")).unwrap();
+    let mut expected = format!("${}\r\n", file.len()).into_bytes();
+    expected.extend_from_slice(&file);
+    assert_eq!(raw_sync(port), expected);
+}
+
+#[test]
+#[ignore = "needs redis-cli (Debian: apt-get install redis-tools); run with --include-ignored"]
+fn redis_cli_rdb_pulls_a_backup_that_restores() {
+    let cluster = Cluster::start(Path::new(BINARY), 3, &[]);
+    let leader = cluster.leader(Duration::from_secs(10));
+    let mut client = Client::new(cluster.connect(leader));
+    let kept = acquire(&mut client, "kept", "wa");
+    cluster.converged(Duration::from_secs(10));
+    let mut client = Client::new(cluster.connect(leader));
+    assert_eq!(client.run(&["BGSAVE"]), status("Background saving started"));
+    let info = wait_saved(&mut client, 1);
+    let backup = tempfile::tempdir().unwrap();
+    let pulled = backup.path().join("snapshot");
+    let output = Command::new("redis-cli")
+        .args(["-p", &cluster.nodes[leader].port.to_string(), "--rdb"])
+        .arg(&pulled)
+        .output()
+        .expect("redis-cli is installed (apt-get install redis-tools)");
+    let said = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{said}");
+    assert!(said.contains("Transfer finished with success"), "{said}");
+    let file = std::fs::read(cluster.nodes[leader].dir.join("raft/snapshot")).unwrap();
+    assert_eq!(std::fs::read(&pulled).unwrap(), file);
+
+    // It restores as a copied file does.
+    let restore = tempfile::tempdir().unwrap();
+    let dir = restore.path().join("data");
+    std::fs::create_dir_all(dir.join("raft")).unwrap();
+    std::fs::copy(&pulled, dir.join("raft/snapshot")).unwrap();
+    let floor = info_number(&info, "snapshot_last_fencing_token") + 1_000;
+    std::fs::write(dir.join("token-ceiling"), format!("{floor}\n")).unwrap();
+    let single = Server::start_in(&dir, &["--cluster-recover-as-single", "yes"]).unwrap();
+    let mut client = single.typed();
+    let lease = client.get("kept", None).expect("the pulled backup's lease");
+    assert_eq!(lease.fencing_token, kept.fencing_token);
+    let next = acquire(&mut client, "new", "wb").fencing_token;
+    assert_eq!(next as u64, floor + 1);
 }

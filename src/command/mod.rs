@@ -160,6 +160,11 @@ pub enum Command {
     Save,
     /// `LASTSAVE`: when the node's snapshot was last saved.
     LastSave,
+    /// `SYNC`: a cluster node sends its snapshot file, then closes.
+    Sync,
+    /// `REPLCONF option value ...`: accepted (what `redis-cli --rdb`
+    /// sends before `SYNC`), or the first option not known.
+    Replconf(Result<(), Bytes>),
     /// `CONFIG SET parameter value ...`, the pairs as given.
     ConfigSet(Vec<(Bytes, Bytes)>),
     ConfigResetStat,

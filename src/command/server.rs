@@ -25,6 +25,27 @@ pub fn parse_bgsave(args: &mut Args) -> Result<Command, Reply> {
     }
 }
 
+pub fn parse_sync(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Sync)
+}
+
+/// `REPLCONF option value [option value ...]`: the options a replica (or
+/// `redis-cli --rdb`) sends before `SYNC`. Nothing is configured by them:
+/// `SYNC` always sends the snapshot file alone and closes.
+pub fn parse_replconf(args: &mut Args) -> Result<Command, Reply> {
+    let pairs = args.take_rest();
+    if pairs.len() % 2 != 0 {
+        return Err(syntax_error());
+    }
+    let known = [&b"listening-port"[..], b"ip-address", b"capa", b"rdb-only"];
+    let unknown = (pairs.iter().step_by(2))
+        .find(|option| !known.iter().any(|known| option.eq_ignore_ascii_case(known)));
+    Ok(Command::Replconf(match unknown {
+        Some(option) => Err(option.clone()),
+        None => Ok(()),
+    }))
+}
+
 pub fn parse_lastsave(_: &mut Args) -> Result<Command, Reply> {
     Ok(Command::LastSave)
 }

@@ -540,6 +540,37 @@ pub static COMMANDS: &[CommandSpec] = &[
         )
     },
     CommandSpec {
+        flags: Flags::ADMIN
+            .union(Flags::NOSCRIPT)
+            .union(Flags::NO_ASYNC_LOADING)
+            .union(Flags::NO_MULTI),
+        acl_categories: &["@admin", "@slow", "@dangerous"],
+        ..command(
+            "sync",
+            1,
+            "server",
+            "Cluster mode: send this node's Raft snapshot file (what redis-cli --rdb saves), then \
+             close the connection",
+            parse_sync,
+        )
+    },
+    CommandSpec {
+        flags: Flags::ADMIN
+            .union(Flags::NOSCRIPT)
+            .union(Flags::LOADING)
+            .union(Flags::STALE)
+            .union(Flags::ALLOW_BUSY),
+        acl_categories: &["@admin", "@slow", "@dangerous"],
+        args: &[optional(multiple(arg("option value", ArgKind::String)))],
+        ..command(
+            "replconf",
+            -1,
+            "server",
+            "Accept the options a replica or redis-cli --rdb sends before SYNC (they change nothing)",
+            parse_replconf,
+        )
+    },
+    CommandSpec {
         flags: Flags::LOADING.union(Flags::STALE).union(Flags::FAST),
         acl_categories: &["@admin", "@fast", "@dangerous"],
         ..command(
