@@ -34,7 +34,7 @@ pub fn parse_sync(_: &mut Args) -> Result<Command, Reply> {
 /// `SYNC` always sends the snapshot file alone and closes.
 pub fn parse_replconf(args: &mut Args) -> Result<Command, Reply> {
     let pairs = args.take_rest();
-    if pairs.len() % 2 != 0 {
+    if !pairs.len().is_multiple_of(2) {
         return Err(syntax_error());
     }
     let known = [&b"listening-port"[..], b"ip-address", b"capa", b"rdb-only"];
