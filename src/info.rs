@@ -16,7 +16,7 @@ use bytes::Bytes;
 
 use crate::cluster::views;
 use crate::command::ClientKind;
-use crate::core::{CommandStats, CoreReport};
+use crate::core::{CommandStats, CoreReport, SnapshotReport};
 use crate::registry::{Refused, TenureEnd};
 use crate::reply::format_double;
 use crate::state::cluster_stats::ClusterStats;
@@ -253,20 +253,52 @@ fn ratio(numerator: u64, denominator: u64) -> f64 {
     }
 }
 
+/// `LASTSAVE`, and `rdb_last_save_time`: when a cluster node's snapshot
+/// file last changed; the server's start otherwise (a single node saves
+/// no snapshot, and Redis counts its start as its last save).
+pub fn last_save(shared: &Shared, report: &CoreReport) -> u64 {
+    let started = unix_time(shared.stats.started).as_secs();
+    (report.snapshot.as_ref())
+        .and_then(|snapshot| snapshot.last_save_unix)
+        .unwrap_or(started)
+}
+
 fn persistence(out: &mut String, context: &Context) {
-    let started = unix_time(context.shared.stats.started).as_secs();
     let ok = |good: bool| if good { "ok" } else { "err" };
     line(out, "loading", 0);
     line(out, "async_loading", 0);
-    // No RDB snapshots: Redis's figures for a server that never saved,
-    // whose last save is its start.
-    line(out, "rdb_changes_since_last_save", 0);
-    line(out, "rdb_bgsave_in_progress", 0);
-    line(out, "rdb_last_save_time", started);
-    line(out, "rdb_last_bgsave_status", "ok");
-    line(out, "rdb_last_bgsave_time_sec", -1);
-    line(out, "rdb_current_bgsave_time_sec", -1);
-    line(out, "rdb_saves", 0);
+    // A cluster node's Raft snapshot is its RDB file. A single node has
+    // none: Redis's figures for a server that never saved, whose last
+    // save is its start.
+    let snapshot = context.report.snapshot.clone().unwrap_or(SnapshotReport {
+        last_ok: true,
+        ..SnapshotReport::default()
+    });
+    let or_none = |value: Option<u64>| value.map_or(-1, |value| value as i64);
+    line(out, "rdb_changes_since_last_save", snapshot.changes_since);
+    line(
+        out,
+        "rdb_bgsave_in_progress",
+        i32::from(snapshot.in_progress),
+    );
+    line(
+        out,
+        "rdb_last_save_time",
+        last_save(context.shared, context.report),
+    );
+    line(out, "rdb_last_bgsave_status", ok(snapshot.last_ok));
+    line(
+        out,
+        "rdb_last_bgsave_time_sec",
+        or_none(snapshot.last_took_secs),
+    );
+    line(
+        out,
+        "rdb_current_bgsave_time_sec",
+        or_none(snapshot.current_secs),
+    );
+    line(out, "rdb_saves", snapshot.saves);
+    // Built on a thread, not in a forked child.
     line(out, "rdb_last_cow_size", 0);
     let log = context.report.log.as_ref();
     line(out, "aof_enabled", i32::from(log.is_some()));
@@ -290,6 +322,16 @@ fn persistence(out: &mut String, context: &Context) {
         line(out, "aof_last_fsync_status", ok(log.last_fsync_ok));
     }
     line(out, "token_ceiling", context.report.token_ceiling);
+    if context.report.snapshot.is_some() {
+        // What a copy of the snapshot file holds: a restore starts above
+        // a floor at least this high.
+        line(out, "snapshot_last_log_index", or_none(snapshot.index));
+        line(
+            out,
+            "snapshot_last_fencing_token",
+            or_none(snapshot.last_token),
+        );
+    }
 }
 
 fn stats(out: &mut String, context: &Context) {
@@ -565,6 +607,7 @@ mod tests {
             commands: CommandStats::default(),
             health: Health::default(),
             log: None,
+            snapshot: None,
         }
     }
 

@@ -722,6 +722,7 @@ mod tests {
                     last_rewrite_ok: true,
                     last_rewrite_secs: -1,
                 }),
+                snapshot: None,
             },
             uptime: 42,
             connected_clients: 1,

@@ -62,6 +62,10 @@ pub enum Reply {
     /// until it is encoded: the core task, which every request goes
     /// through, then does not build the map (see [`Reply::lease_map`]).
     Lease(Box<LeaseReply>),
+    /// Bytes written as they are, in either protocol: `SYNC`'s payload
+    /// (`$<length>` and the file, with no CRLF after it, as Redis sends
+    /// its RDB file). Only at the top, never inside another.
+    Raw(Bytes),
 }
 
 /// The lease map's contents: `expired` is only in `LEASE.GET`'s.
@@ -188,6 +192,10 @@ impl Reply {
             replies.iter().for_each(|reply| reply.encode(protocol, out));
             return;
         }
+        if let Reply::Raw(bytes) = self {
+            out.extend_from_slice(bytes);
+            return;
+        }
         match protocol {
             Protocol::Resp2 => match self {
                 Reply::Lease(lease) => encode_lease_resp2(lease, out),
@@ -253,7 +261,9 @@ impl Reply {
                     .collect(),
             ),
             Reply::Lease(lease) => Reply::lease_map(&lease.lease, lease.expired).to_resp2(),
-            Reply::Replies(_) => unreachable!("several replies are encoded one by one"),
+            Reply::Replies(_) | Reply::Raw(_) => {
+                unreachable!("several replies, or raw bytes, are written by encode")
+            }
         }
     }
 
@@ -292,7 +302,8 @@ impl Reply {
             | Reply::Push(_)
             | Reply::Map(_)
             | Reply::Lease(_)
-            | Reply::Replies(_) => unreachable!("aggregates are written by encode_resp3"),
+            | Reply::Replies(_)
+            | Reply::Raw(_) => unreachable!("aggregates are written by encode_resp3"),
         }
     }
 }

@@ -45,7 +45,8 @@ use super::waiting::{QueueEvent, Remote};
 use crate::config::{DirectiveError, SetError};
 use crate::core::waiters::{Waiter, Waiters};
 use crate::core::{
-    Answer, Batch, CommandStats, CoreAnswer, CoreCommand, CoreReport, Refusal, run_config,
+    Answer, Batch, CommandStats, CoreAnswer, CoreCommand, CoreReport, Refusal, SaveRefused,
+    run_config,
 };
 use crate::registry::{Op, Outcome};
 use crate::state::Shared;
@@ -520,6 +521,9 @@ impl ClusterCore {
             CoreCommand::RewriteLog => CoreAnswer::Refused(Refusal::NotInCluster(
                 "BGREWRITEAOF (the Raft log is snapshotted)",
             )),
+            CoreCommand::Save => CoreAnswer::Save(
+                super::saves::bgsave(&self.node).map_err(|_| SaveRefused::InProgress),
+            ),
             CoreCommand::Configure(pairs) => CoreAnswer::Configured(self.configure(&pairs)),
             CoreCommand::ResetStats => {
                 *self.stats.lock().expect("stats lock") = CommandStats::default();
@@ -532,6 +536,8 @@ impl ClusterCore {
     }
 
     fn report(&self) -> CoreReport {
+        let applied = self.node.state.last_applied_index();
+        let snapshot = self.node.state.saves().report(applied);
         let replica = self.node.state.lock();
         let registry = &replica.registry;
         CoreReport {
@@ -550,6 +556,7 @@ impl ClusterCore {
             commands: self.stats.lock().expect("stats lock").clone(),
             health: registry.health().clone(),
             log: None,
+            snapshot: Some(snapshot),
         }
     }
 

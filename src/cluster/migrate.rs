@@ -21,6 +21,14 @@
 //!   its token ceiling (the last token, never lowered). `dir/raft/` is
 //!   then renamed `dir/raft.recovered` (or `raft.recovered.N`), so that
 //!   the next start is an ordinary one.
+//! - **A restored backup** (`dir/raft/` holds a snapshot copied from a
+//!   cluster node after `BGSAVE`, and no log or vote): recovered the same
+//!   way, but only above a floor the operator writes into
+//!   `dir/token-ceiling`. A backup is stale the moment it is taken:
+//!   tokens the cluster issued after it are in no file here, and starting
+//!   at the backup's last token + 1 would issue them again. So without a
+//!   ceiling above the backup's last token the node refuses to start, and
+//!   says what to write there.
 //!
 //! Without these directives a node refuses to start on a `dir` that holds
 //! the other mode's state, rather than ignore the leases in it.
@@ -102,6 +110,7 @@ pub fn before_cluster(
     data_dir: &DataDir,
 ) -> Result<(), MigrateError> {
     if holds_raft_state(data_dir.path())? {
+        refuse_backup(data_dir.path())?;
         if cluster.init_from_single {
             info!(
                 "cluster-init-from-single is yes, but this node already has its Raft state: \
@@ -187,12 +196,23 @@ pub async fn before_single(
                 .into(),
         ));
     }
+    // Before the log is opened, which creates an empty one.
+    let restored = is_restored_backup(dir)?;
     let registry = replay_raft(dir, make).await?;
     let last_token = registry.last_token();
+    let ceiling = (data_dir.read_ceiling()).map_err(|e| failed("reading the token ceiling", e))?;
+    if restored {
+        check_floor(dir, ceiling, last_token)?;
+        warn!(
+            "cluster-recover-as-single: {} holds a restored backup (a snapshot, no log): its \
+             fencing tokens go up to {last_token}, and tokens continue above the floor \
+             {ceiling} written in token-ceiling",
+            dir.join(disk::RAFT_DIR).display()
+        );
+    }
     let bytes = state_machine::encode_registry(&registry);
     disk::replace(dir, &config.appendfilename, &bytes, true)
         .map_err(|e| failed("writing the append-only log", e))?;
-    let ceiling = (data_dir.read_ceiling()).map_err(|e| failed("reading the token ceiling", e))?;
     (data_dir.ceiling_writer().store(ceiling.max(last_token)))
         .map_err(|e| failed("writing the token ceiling", e))?;
     let aside = set_aside(dir)?;
@@ -204,6 +224,69 @@ pub async fn before_single(
         aside.display()
     );
     Ok(())
+}
+
+/// Whether `dir/raft/` holds a snapshot and nothing a node writes as it
+/// runs (a vote, a log with an entry or a purge point): a backup put
+/// there by hand. A node's own directory always has its vote once it has
+/// a snapshot (it was a member, or was sent one by a leader).
+pub fn is_restored_backup(dir: &Path) -> Result<bool, MigrateError> {
+    let raft = dir.join(disk::RAFT_DIR);
+    if !snapshot_file::path(&raft).exists() || raft.join("vote").exists() {
+        return Ok(false);
+    }
+    let log = raft.join("log");
+    let read = disk::read_if_present(&log).map_err(|e| failed("reading the Raft log", e))?;
+    Ok(read.is_none_or(|bytes| bytes == LogStore::empty_file()))
+}
+
+/// A cluster node refuses to start on a restored backup: without its
+/// vote and log it could vote twice in a term, and its tokens would go on
+/// from the backup's. The snapshot a node made from a single node saves
+/// at index 0 (`seed`) is its own, even before its first vote.
+fn refuse_backup(dir: &Path) -> Result<(), MigrateError> {
+    if !is_restored_backup(dir)? {
+        return Ok(());
+    }
+    let raft = dir.join(disk::RAFT_DIR);
+    let loaded = snapshot_file::load(&raft).map_err(|e| failed("reading the snapshot", e))?;
+    let index = loaded
+        .and_then(|(meta, _)| meta.last_log_id)
+        .map_or(0, |id| id.index);
+    if index == 0 {
+        return Ok(());
+    }
+    Err(MigrateError(format!(
+        "{} holds a restored backup (a snapshot up to log index {index}, and no Raft log or \
+         vote): a cluster node does not start on one. Start it as a single node with \
+         cluster-enabled no and cluster-recover-as-single yes, above a floor written in \
+         token-ceiling; then make a cluster of it with cluster-init-from-single yes",
+        raft.display()
+    )))
+}
+
+/// A restored backup starts only above a floor the operator wrote into
+/// `token-ceiling`: at least above the backup's own last token.
+pub fn check_floor(dir: &Path, ceiling: u64, last_token: u64) -> Result<(), MigrateError> {
+    if ceiling > last_token {
+        return Ok(());
+    }
+    let file = dir.join("token-ceiling");
+    Err(MigrateError(format!(
+        "{raft} holds a restored backup: a cluster snapshot with fencing tokens up to \
+         {last_token}, and no Raft log or vote. The cluster went on issuing tokens after the \
+         backup was taken, and they are in no file here: starting at {next} could issue them \
+         again. Write a floor into {file}: one number above every token the old cluster \
+         issued (the largest of the last last_fencing_token its nodes showed in INFO leases \
+         or as the leased_last_fencing_token metric, the last token in their logs, and the \
+         highest token your storage accepted), plus a generous margin (tokens go up to \
+         2^63-1, so adding a billion costs nothing), e.g. `echo {example} > {file}`; then \
+         start again. Tokens continue above it. ({file} holds {ceiling} now.)",
+        raft = dir.join(disk::RAFT_DIR).display(),
+        next = last_token.saturating_add(1),
+        file = file.display(),
+        example = last_token.saturating_add(1_000_000_000),
+    )))
 }
 
 /// The registry `dir/raft/` holds: its snapshot, then every entry of its

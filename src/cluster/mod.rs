@@ -20,7 +20,8 @@
 //! start of
 //! a node inside the server ([`start`]); a node whose clock is too far
 //! from the others' refusing to lead ([`skew`], [`clock_guard`]); its
-//! counts of elections and snapshots ([`recorder`]); what ROLE, INFO and
+//! counts of elections and snapshots ([`recorder`]) and what its snapshot
+//! file holds, for backups ([`saves`]); what ROLE, INFO and
 //! CLUSTER show ([`status`], [`views`]); a follower's `-MOVED` with
 //! `cluster-redirect moved` ([`redirect`]). docs/cluster.md
 //! says what is built and what is not.
@@ -38,6 +39,7 @@ pub mod node;
 pub mod reads;
 pub mod recorder;
 pub mod redirect;
+pub mod saves;
 pub mod serve;
 pub mod skew;
 pub mod snapshot_file;
@@ -55,6 +57,8 @@ mod waiting_follower;
 mod core_tests;
 #[cfg(test)]
 mod linearizable_tests;
+#[cfg(test)]
+mod migrate_tests;
 #[cfg(test)]
 mod network;
 #[cfg(test)]

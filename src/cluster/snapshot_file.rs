@@ -114,6 +114,11 @@ impl Writer {
     }
 }
 
+/// The snapshot's file under `raft`: what a backup copies.
+pub fn path(raft: &Path) -> PathBuf {
+    raft.join(SNAPSHOT_FILE)
+}
+
 /// Saves a whole snapshot durably, replacing the one before.
 pub fn save(raft: &Path, meta: &Meta, data: &[u8]) -> io::Result<()> {
     let mut writer = Writer::create(raft, disk::temp_path(raft, SNAPSHOT_FILE))?;

@@ -30,9 +30,10 @@ use futures_util::{Stream, StreamExt};
 use openraft::alias::{EntryOf, LogIdOf, SnapshotMetaOf, SnapshotOf, StoredMembershipOf};
 use openraft::storage::{EntryResponder, RaftStateMachine};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
-use tracing::info;
+use tracing::{info, warn};
 
 use super::disk::{self, OpenError};
+use super::saves::{Holds, Saves};
 use super::snapshot_file::{self, Meta, Writer};
 use super::snapshot_walk::{self, Walk};
 use super::types::{Batch, Command, Tick, TypeConfig};
@@ -123,6 +124,8 @@ pub struct StateMachine {
     disk: Option<Arc<Disk>>,
     /// Held by the build under way: one at a time.
     building: Arc<Mutex<()>>,
+    /// What the node's snapshot file holds, and how its builds went.
+    saves: Arc<Saves>,
 }
 
 impl StateMachine {
@@ -140,6 +143,7 @@ impl StateMachine {
             })),
             disk: None,
             building: Arc::new(Mutex::new(())),
+            saves: Arc::new(Saves::default()),
         }
     }
 
@@ -157,6 +161,13 @@ impl StateMachine {
                 let why = format!("its registry does not replay: {error}");
                 OpenError::corrupt(&raft.join("snapshot"), 0, why)
             })?;
+            let holds = Holds {
+                index: meta.last_log_id.map_or(0, |id| id.index),
+                last_token: registry.last_token(),
+            };
+            let path = snapshot_file::path(&raft);
+            let modified = std::fs::metadata(&path).and_then(|file| file.modified());
+            machine.saves.loaded(holds, modified.ok());
             let mut replica = machine.lock();
             replica.registry = registry;
             replica.last_applied = meta.last_log_id;
@@ -172,6 +183,11 @@ impl StateMachine {
             saved: Mutex::new(saved),
         }));
         Ok(machine)
+    }
+
+    /// What the node's snapshot file holds, and how its builds went.
+    pub fn saves(&self) -> &Arc<Saves> {
+        &self.saves
     }
 
     /// Sets what happens after each entry is applied.
@@ -198,19 +214,25 @@ impl StateMachine {
 
     /// [`StateMachine::build`], calling `between` between two steps (with
     /// the lock free: a test applies entries there).
-    pub fn build_stepping(&self, mut between: impl FnMut()) -> io::Result<Snapshot> {
+    pub fn build_stepping(&self, between: impl FnMut()) -> io::Result<Snapshot> {
+        self.build_holding(between).map(|(snapshot, _)| snapshot)
+    }
+
+    /// [`StateMachine::build_stepping`], and the last token the snapshot
+    /// holds.
+    fn build_holding(&self, mut between: impl FnMut()) -> io::Result<(Snapshot, u64)> {
         let _one = self.building.lock().expect("snapshot build lock");
         loop {
-            if let Some(snapshot) = self.try_build(&mut between)? {
-                return Ok(snapshot);
+            if let Some(built) = self.try_build(&mut between)? {
+                return Ok(built);
             }
             // An install replaced the registry mid-walk: walk the new one.
         }
     }
 
-    /// One build: `None` if an installed snapshot replaced the registry
-    /// meanwhile.
-    fn try_build(&self, between: &mut impl FnMut()) -> io::Result<Option<Snapshot>> {
+    /// One build, and the last token it holds: `None` if an installed
+    /// snapshot replaced the registry meanwhile.
+    fn try_build(&self, between: &mut impl FnMut()) -> io::Result<Option<(Snapshot, u64)>> {
         let mut writer = match &self.disk {
             Some(disk) => Some(Writer::build(&disk.raft)?),
             None => None,
@@ -233,16 +255,17 @@ impl StateMachine {
                 writer.abandon();
             }
         }
-        let Some((meta, pieces)) = walked? else {
+        let Some((meta, pieces, last_token)) = walked? else {
             return Ok(None);
         };
         if let (Some(disk), Some(writer)) = (&self.disk, writer) {
             disk.finish(writer, &meta)?;
         }
-        Ok(Some(Snapshot {
+        let snapshot = Snapshot {
             meta,
             snapshot: joined(pieces),
-        }))
+        };
+        Ok(Some((snapshot, last_token)))
     }
 
     /// Walks the registry a step at a time, each step under the lock and
@@ -256,7 +279,7 @@ impl StateMachine {
         mut walk: Walk,
         mut writer: Option<&mut Writer>,
         between: &mut impl FnMut(),
-    ) -> io::Result<Option<(Meta, Vec<BytesMut>)>> {
+    ) -> io::Result<Option<(Meta, Vec<BytesMut>, u64)>> {
         let mut pieces = vec![head];
         let mut changes = Vec::new();
         let started = Instant::now();
@@ -289,6 +312,7 @@ impl StateMachine {
                 last_log_id: replica.last_applied,
                 last_membership: replica.membership.clone(),
             };
+            let last_token = replica.registry.last_token();
             drop(replica);
             longest = longest.max(locked.elapsed());
             pieces.push(piece);
@@ -312,7 +336,7 @@ impl StateMachine {
                     writer.data(piece)?;
                 }
             }
-            return Ok(Some((meta, pieces)));
+            return Ok(Some((meta, pieces, last_token)));
         }
     }
 
@@ -385,9 +409,28 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     /// covers.
     async fn build_snapshot(&mut self) -> Result<SnapshotOf<TypeConfig, Bytes>, io::Error> {
         let machine = self.clone();
-        let snapshot = tokio::task::spawn_blocking(move || machine.build())
+        self.saves.begin();
+        let built = tokio::task::spawn_blocking(move || machine.build_holding(|| {}))
             .await
-            .map_err(io::Error::other)??;
+            .map_err(io::Error::other)
+            .flatten();
+        let (snapshot, last_token) = match built {
+            Ok(built) => built,
+            Err(error) => {
+                self.saves.end(None);
+                warn!("Building a snapshot failed: {error}");
+                return Err(error);
+            }
+        };
+        let index = snapshot.meta.last_log_id.map_or(0, |id| id.index);
+        self.saves.end(Some(Holds { index, last_token }));
+        if let Some(disk) = &self.disk {
+            info!(
+                "Snapshot saved in {}: up to log index {index}, fencing tokens up to \
+                 {last_token} (a copy of it is a backup holding tokens up to {last_token})",
+                snapshot_file::path(&disk.raft).display()
+            );
+        }
         self.make_current(&snapshot);
         Ok(snapshot)
     }
@@ -437,6 +480,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         })
         .await
         .map_err(io::Error::other)??;
+        let holds = Holds {
+            index: meta.last_log_id.map_or(0, |id| id.index),
+            last_token: registry.last_token(),
+        };
         let snapshot = SnapshotOf::<TypeConfig, Bytes> {
             meta: meta.clone(),
             snapshot,
@@ -444,6 +491,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // Saved before it takes effect: openraft purges the log it covers
         // once this returns.
         self.keep(&snapshot).await?;
+        self.saves.installed(holds);
         let old = {
             let mut replica = self.lock();
             replica.installs += 1;

@@ -156,6 +156,15 @@ pub enum Command {
     Info(Vec<Bytes>),
     /// `BGREWRITEAOF`: compact the append-only log.
     RewriteLog,
+    /// `BGSAVE`: a cluster node builds its snapshot now.
+    Save,
+    /// `LASTSAVE`: when the node's snapshot was last saved.
+    LastSave,
+    /// `SYNC`: a cluster node sends its snapshot file, then closes.
+    Sync,
+    /// `REPLCONF option value ...`: accepted (what `redis-cli --rdb`
+    /// sends before `SYNC`), or the first option not known.
+    Replconf(Result<(), Bytes>),
     /// `CONFIG SET parameter value ...`, the pairs as given.
     ConfigSet(Vec<(Bytes, Bytes)>),
     ConfigResetStat,

@@ -14,6 +14,42 @@ pub fn parse_bgrewriteaof(_: &mut Args) -> Result<Command, Reply> {
     Ok(Command::RewriteLog)
 }
 
+/// `BGSAVE [SCHEDULE]`: SCHEDULE changes nothing (nothing else runs in
+/// the background that would make a save wait).
+pub fn parse_bgsave(args: &mut Args) -> Result<Command, Reply> {
+    let options = args.take_rest();
+    match &options[..] {
+        [] => Ok(Command::Save),
+        [option] if option.eq_ignore_ascii_case(b"schedule") => Ok(Command::Save),
+        _ => Err(syntax_error()),
+    }
+}
+
+pub fn parse_sync(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::Sync)
+}
+
+/// `REPLCONF option value [option value ...]`: the options a replica (or
+/// `redis-cli --rdb`) sends before `SYNC`. Nothing is configured by them:
+/// `SYNC` always sends the snapshot file alone and closes.
+pub fn parse_replconf(args: &mut Args) -> Result<Command, Reply> {
+    let pairs = args.take_rest();
+    if !pairs.len().is_multiple_of(2) {
+        return Err(syntax_error());
+    }
+    let known = [&b"listening-port"[..], b"ip-address", b"capa", b"rdb-only"];
+    let unknown = (pairs.iter().step_by(2))
+        .find(|option| !known.iter().any(|known| option.eq_ignore_ascii_case(known)));
+    Ok(Command::Replconf(match unknown {
+        Some(option) => Err(option.clone()),
+        None => Ok(()),
+    }))
+}
+
+pub fn parse_lastsave(_: &mut Args) -> Result<Command, Reply> {
+    Ok(Command::LastSave)
+}
+
 pub fn parse_info(args: &mut Args) -> Result<Command, Reply> {
     Ok(Command::Info(args.take_rest()))
 }

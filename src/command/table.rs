@@ -525,6 +525,63 @@ pub static COMMANDS: &[CommandSpec] = &[
         )
     },
     CommandSpec {
+        flags: Flags::ADMIN
+            .union(Flags::NOSCRIPT)
+            .union(Flags::NO_ASYNC_LOADING),
+        acl_categories: &["@admin", "@slow", "@dangerous"],
+        args: &[optional(word("schedule", "SCHEDULE"))],
+        ..command(
+            "bgsave",
+            -1,
+            "server",
+            "Cluster mode: build this node's Raft snapshot now, in the background (the file a \
+             backup copies)",
+            parse_bgsave,
+        )
+    },
+    CommandSpec {
+        flags: Flags::ADMIN
+            .union(Flags::NOSCRIPT)
+            .union(Flags::NO_ASYNC_LOADING)
+            .union(Flags::NO_MULTI),
+        acl_categories: &["@admin", "@slow", "@dangerous"],
+        ..command(
+            "sync",
+            1,
+            "server",
+            "Cluster mode: send this node's Raft snapshot file (what redis-cli --rdb saves), then \
+             close the connection",
+            parse_sync,
+        )
+    },
+    CommandSpec {
+        flags: Flags::ADMIN
+            .union(Flags::NOSCRIPT)
+            .union(Flags::LOADING)
+            .union(Flags::STALE)
+            .union(Flags::ALLOW_BUSY),
+        acl_categories: &["@admin", "@slow", "@dangerous"],
+        args: &[optional(multiple(arg("option value", ArgKind::String)))],
+        ..command(
+            "replconf",
+            -1,
+            "server",
+            "Accept the options a replica or redis-cli --rdb sends before SYNC (they change nothing)",
+            parse_replconf,
+        )
+    },
+    CommandSpec {
+        flags: Flags::LOADING.union(Flags::STALE).union(Flags::FAST),
+        acl_categories: &["@admin", "@fast", "@dangerous"],
+        ..command(
+            "lastsave",
+            1,
+            "server",
+            "The Unix time of this node's last saved snapshot (the server's start on a single node)",
+            parse_lastsave,
+        )
+    },
+    CommandSpec {
         flags: Flags::FAST,
         acl_categories: FAST_CONNECTION,
         args: &[optional(arg("message", ArgKind::String))],

@@ -15,6 +15,7 @@ use tracing::{info, warn};
 
 use super::multi::{self, Transaction};
 use super::session::NOAUTH;
+use super::sync;
 use super::words::{self, Wording};
 use super::{After, Blocked, Connection};
 use crate::cluster::status::{ClusterStatus, Role};
@@ -79,6 +80,8 @@ struct Admin {
     protocol: Protocol,
     id: usize,
     reply: futures_util::future::BoxFuture<'static, Reply>,
+    /// What the connection does once the reply is written (`SYNC` closes).
+    then: After,
 }
 
 impl<S> Connection<S>
@@ -121,6 +124,7 @@ where
                 }
                 Flow::Admin(change) => {
                     taken = index + 1;
+                    after = change.then;
                     admin = Some(change);
                     break;
                 }
@@ -268,6 +272,8 @@ where
             ),
             Command::Info(sections) => (CoreCommand::Report, Wording::Info(sections)),
             Command::RewriteLog => (CoreCommand::RewriteLog, Wording::Plain),
+            Command::Save => (CoreCommand::Save, Wording::Plain),
+            Command::LastSave => (CoreCommand::Report, Wording::LastSave),
             Command::ConfigSet(pairs) => (CoreCommand::Configure(pairs), Wording::Plain),
             Command::ConfigResetStat => (CoreCommand::ResetStats, Wording::Plain),
             Command::Exec => {
@@ -289,12 +295,22 @@ where
                             protocol,
                             id,
                             reply,
+                            then: After::Continue,
                         });
                     }
                 };
                 self.tally_reply(id, Duration::ZERO, &refused);
                 slots.push(Slot::Ready(protocol, refused));
                 return Flow::Next;
+            }
+            Command::Sync if self.shared.config().cluster_enabled => {
+                let dir = self.shared.config().dir.clone();
+                return Flow::Admin(Admin {
+                    protocol,
+                    id,
+                    reply: sync::snapshot(dir),
+                    then: After::Close,
+                });
             }
             Command::Monitor if in_exec => {
                 let refused = Reply::error(multi::MONITOR_IN_EXEC);
@@ -519,6 +535,12 @@ where
     fn apply(&mut self, command: Command) -> (Option<Reply>, After) {
         let reply = match command {
             Command::Quit => return (Some(Reply::OK), After::Close),
+            Command::Sync => Reply::error(sync::SINGLE),
+            Command::Replconf(Ok(())) => Reply::OK,
+            Command::Replconf(Err(option)) => Reply::error(format!(
+                "ERR Unrecognized REPLCONF option: {}",
+                String::from_utf8_lossy(&option)
+            )),
             Command::Shutdown => return (None, After::Shutdown),
             Command::Lease(_)
             | Command::Keyspace { .. }
@@ -527,6 +549,8 @@ where
             | Command::ClientUnblock { .. }
             | Command::Info(_)
             | Command::RewriteLog
+            | Command::Save
+            | Command::LastSave
             | Command::ConfigSet(_)
             | Command::ConfigResetStat
             | Command::ClusterChange(_)

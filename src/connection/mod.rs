@@ -25,6 +25,7 @@ mod moved;
 mod multi;
 mod pubsub;
 mod session;
+mod sync;
 mod words;
 
 use std::io;

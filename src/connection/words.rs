@@ -6,7 +6,7 @@ use bytes::Bytes;
 use super::keyspace;
 use crate::aof::RewriteError;
 use crate::command::keyspace::View;
-use crate::core::{CoreAnswer, Granted, Refusal};
+use crate::core::{CoreAnswer, Granted, Refusal, SaveRefused};
 use crate::info;
 use crate::registry::{IdKind, Op, Outcome};
 use crate::reply::Reply;
@@ -21,6 +21,8 @@ pub enum Wording {
     Info(Vec<Bytes>),
     /// A lease command's outcome as a keyspace read's reply.
     Key(View),
+    /// A report's time of the last save (`LASTSAVE`).
+    LastSave,
 }
 
 /// The reply to a core answer.
@@ -34,6 +36,7 @@ pub fn answer(answer: CoreAnswer, wording: Wording, shared: &Shared) -> Reply {
         CoreAnswer::Report(report) => {
             let sections = match wording {
                 Wording::Info(sections) => sections,
+                Wording::LastSave => return Reply::Int(info::last_save(shared, &report) as i64),
                 _ => Vec::new(),
             };
             Reply::Verbatim(info::render(&sections, shared, &report).into())
@@ -47,6 +50,14 @@ pub fn answer(answer: CoreAnswer, wording: Wording, shared: &Shared) -> Reply {
         CoreAnswer::Rewrite(Err(RewriteError::Start(error))) => Reply::error(format!(
             "ERR cannot start rewriting the append-only log: {error}"
         )),
+        CoreAnswer::Save(Ok(())) => Reply::Status("Background saving started"),
+        CoreAnswer::Save(Err(SaveRefused::InProgress)) => {
+            Reply::error("ERR Background save already in progress")
+        }
+        CoreAnswer::Save(Err(SaveRefused::SingleNode)) => Reply::error(
+            "ERR BGSAVE is for cluster mode: a single node keeps no snapshot; back up its \
+             append-only log and token-ceiling (BGREWRITEAOF compacts the log first)",
+        ),
         CoreAnswer::Configured(Ok(())) | CoreAnswer::Reset => Reply::OK,
         CoreAnswer::Configured(Err(error)) => Reply::error(format!("ERR {error}")),
         CoreAnswer::Workers(workers) => {

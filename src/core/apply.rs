@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use super::report::{CommandStats, CoreReport};
 use super::task::{Core, Round};
-use super::{CoreAnswer, CoreCommand, Refusal};
+use super::{CoreAnswer, CoreCommand, Refusal, SaveRefused};
 use crate::aof::Log;
 use crate::config::{Config, SetError};
 use crate::logging;
@@ -94,6 +94,7 @@ impl Core {
                 None => CoreAnswer::Refused(Refusal::NoLog),
                 Some(log) => CoreAnswer::Rewrite(log.start_rewrite(&self.registry)),
             },
+            CoreCommand::Save => CoreAnswer::Save(Err(SaveRefused::SingleNode)),
             CoreCommand::Configure(pairs) => CoreAnswer::Configured(self.configure(&pairs)),
             CoreCommand::ResetStats => {
                 self.stats = CommandStats::default();
@@ -125,6 +126,7 @@ impl Core {
             commands: self.stats.clone(),
             health: self.registry.health().clone(),
             log: self.log.as_ref().map(Log::status),
+            snapshot: None,
         }
     }
 

@@ -65,7 +65,7 @@ use tokens::Tokens;
 
 pub(crate) use apply::run_config;
 pub(crate) use publish::publish_applied;
-pub use report::{CommandStats, CoreReport};
+pub use report::{CommandStats, CoreReport, SnapshotReport};
 pub use tokens::{CeilingError, TOKEN_BLOCK};
 pub use waiters::Granted;
 
@@ -94,6 +94,8 @@ pub enum CoreCommand {
     Report,
     /// `BGREWRITEAOF`.
     RewriteLog,
+    /// `BGSAVE`: a cluster node builds its Raft snapshot now.
+    Save,
     /// `CONFIG SET name value ...`: the core applies the new settings it
     /// owns and makes the new configuration the running one.
     Configure(Vec<(Bytes, Bytes)>),
@@ -110,6 +112,8 @@ pub enum CoreAnswer {
     Report(Box<CoreReport>),
     /// `BGREWRITEAOF`: started, or why not.
     Rewrite(Result<(), RewriteError>),
+    /// `BGSAVE`: started, or why not.
+    Save(Result<(), SaveRefused>),
     /// `CONFIG SET`: applied, or why not (then nothing changed).
     Configured(Result<(), SetError>),
     /// `CONFIG RESETSTAT` done.
@@ -118,6 +122,15 @@ pub enum CoreAnswer {
     Blocked(oneshot::Receiver<Granted>),
     /// `LEASE.WAITERS`: the workers waiting, in queue order.
     Workers(Vec<Bytes>),
+}
+
+/// Why `BGSAVE` started no snapshot.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SaveRefused {
+    /// One is being built.
+    InProgress,
+    /// A single node keeps no snapshots: its backup is its log.
+    SingleNode,
 }
 
 /// Why a command was not applied.

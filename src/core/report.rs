@@ -36,6 +36,31 @@ pub struct CoreReport {
     pub health: Health,
     /// The append-only log's state; `None` with `appendonly no`.
     pub log: Option<LogStatus>,
+    /// A cluster node's Raft snapshot file; `None` on a single node.
+    pub snapshot: Option<SnapshotReport>,
+}
+
+/// A cluster node's snapshot file, for `INFO persistence` and `LASTSAVE`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SnapshotReport {
+    /// A build is wanted (`BGSAVE`) or under way.
+    pub in_progress: bool,
+    /// Seconds the build under way has taken so far.
+    pub current_secs: Option<u64>,
+    /// When the file last changed, in Unix seconds (`None`: never, or
+    /// unknown).
+    pub last_save_unix: Option<u64>,
+    /// Whether the last build completed.
+    pub last_ok: bool,
+    /// Seconds the last completed build took.
+    pub last_took_secs: Option<u64>,
+    /// Builds completed since the node started.
+    pub saves: u64,
+    /// Log entries applied since the file's last index.
+    pub changes_since: u64,
+    /// The file's last log index, and the last fencing token in it.
+    pub index: Option<u64>,
+    pub last_token: Option<u64>,
 }
 
 /// Buckets of the time blocked acquires waited, in seconds.
