@@ -3,11 +3,15 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
+use openraft::alias::LogIdOf;
 use openraft::error::{ClientWriteError, Fatal, RaftError};
 use openraft::network::NetSnapshot;
 use openraft::{Config, Raft, RaftNetworkFactory};
+
+use tracing::warn;
 
 use super::disk::OpenError;
 use super::log_store::LogStore;
@@ -62,6 +66,15 @@ pub struct Node {
     pub raft: Raft<TypeConfig, StateMachine>,
     pub state: StateMachine,
     stamper: Stamper,
+    /// Set when the leader answered this node's own removal: the log id
+    /// of the membership this node held then. A removed follower may
+    /// never receive the entry that removes it (the leader stops
+    /// replicating to it as soon as it appends that entry), so the answer
+    /// is what tells it. A newer membership naming it again (added anew)
+    /// makes it a member again.
+    removed_in: Mutex<Option<Option<LogIdOf<TypeConfig>>>>,
+    /// Whether this node has logged its removal.
+    warned_removed: AtomicBool,
 }
 
 impl Node {
@@ -94,6 +107,8 @@ impl Node {
             raft,
             state,
             stamper: Stamper::new(clock),
+            removed_in: Mutex::default(),
+            warned_removed: AtomicBool::new(false),
         })
     }
 
@@ -105,7 +120,9 @@ impl Node {
         let metrics = self.raft.metrics();
         let metrics = metrics.borrow_watched();
         let membership = metrics.membership_config.membership();
-        if membership.get_node(&self.id).is_some() {
+        let told = self.removed_in.lock().expect("removal lock").as_ref()
+            == Some(metrics.membership_config.log_id());
+        if membership.get_node(&self.id).is_some() && !told {
             return None;
         }
         Some(if membership.nodes().next().is_none() {
@@ -121,6 +138,34 @@ impl Node {
                 self.id
             )
         })
+    }
+
+    /// The leader committed this node's removal (its own `CLUSTER DELNODE`,
+    /// answered `+OK`): from now on it serves no lease command, as if it
+    /// held the entry that removed it.
+    pub fn removed(&self) {
+        use openraft::async_runtime::WatchReceiver;
+        let held = *self
+            .raft
+            .metrics()
+            .borrow_watched()
+            .membership_config
+            .log_id();
+        *self.removed_in.lock().expect("removal lock") = Some(held);
+        self.warn_removed();
+    }
+
+    /// Logs, once, that this node was removed and what to do with it.
+    pub fn warn_removed(&self) {
+        if self.warned_removed.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        warn!(
+            "Cluster node {}: this node was removed from the cluster (CLUSTER DELNODE); it \
+             serves no lease command any more (its clients get -TRYAGAIN). Stop it, and \
+             start it again only with an empty dir and cluster-join yes, to be added anew",
+            self.id
+        );
     }
 
     /// The next stamp: never below this node's registry time.
