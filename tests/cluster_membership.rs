@@ -402,6 +402,42 @@ fn changes_sent_to_a_follower_are_made_by_the_leader_with_moved_redirects() {
     wait_voters(&cluster, &rest);
 }
 
+#[test]
+fn a_leader_that_cannot_hand_its_lead_over_removes_nothing() {
+    let cluster = Cluster::start(Path::new(BINARY), 3, &[]);
+    let leader = cluster.leader(Duration::from_secs(10));
+    let id = (leader + 1).to_string();
+    // Cut off from the others, it can hand its lead to nobody.
+    cluster.isolate(leader);
+    let started = Instant::now();
+    let refused = send(&cluster, leader, &["CLUSTER", "DELNODE", &id]);
+    println!(
+        "DELNODE of an isolated leader refused after {:.2} s: {refused:?}",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        refused.as_ref().is_err_and(
+            |e| e.contains("could not hand its lead over") && e.contains("nothing was removed")
+        ),
+        "{refused:?}"
+    );
+    cluster.heal();
+    // Still a member: the three agree on a leader and on three voters,
+    // and the old leader serves its clients again.
+    cluster.leader(Duration::from_secs(10));
+    wait_voters(&cluster, &[1, 2, 3]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let served = send(&cluster, leader, &["LEASE.GET", "a"]);
+        if served.is_ok() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{served:?}");
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert!(remover(&cluster, leader).is_none());
+}
+
 /// Each phase's replies: successes, -TRYAGAIN, -UNCERTAIN.
 fn report(recorder: &Recorder, phases: &[(&str, f64)]) {
     let ops = recorder.ops();

@@ -522,3 +522,7 @@ async fn change(node: &Node, changes: ChangeMembers<NodeId, BasicNode>) -> Reply
         )),
     }
 }
+
+#[cfg(test)]
+#[path = "membership_tests.rs"]
+mod tests;

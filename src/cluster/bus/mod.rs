@@ -30,6 +30,8 @@ pub use server::{
 };
 
 #[cfg(test)]
+mod membership_tests;
+#[cfg(test)]
 mod skew_tests;
 #[cfg(test)]
 mod stats_tests;
