@@ -250,7 +250,10 @@ impl Membership {
         let timeout = Duration::from_millis(node.raft.config().election_timeout_max);
         let within = timeout * HAND_OVER_TIMEOUTS as u32;
         let deadline = Instant::now() + within;
-        let leader = match hand_over(node, to, metrics.current_term, within).await {
+        node.set_handing_over(true);
+        let handed = hand_over(node, to, metrics.current_term, within).await;
+        node.set_handing_over(false);
+        let leader = match handed {
             Ok(leader) => leader,
             Err(refused) => return refused,
         };
@@ -268,8 +271,8 @@ impl Membership {
         };
         match reply {
             Reply::Error(why) => Reply::error(format!(
-                "ERR node {id} handed its lead to node {leader}, which did not remove it: \
-                 {why} (node {id} is still a member: send CLUSTER DELNODE {id} again)"
+                "ERR node {id} handed its lead to node {leader}, which answered its removal: \
+                 {why}"
             )),
             done => {
                 info!("CLUSTER DELNODE {id}: committed by node {leader}, the leader");

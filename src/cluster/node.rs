@@ -75,6 +75,10 @@ pub struct Node {
     removed_in: Mutex<Option<Option<LogIdOf<TypeConfig>>>>,
     /// Whether this node has logged its removal.
     warned_removed: AtomicBool,
+    /// Set while this leader hands its lead over before its own removal:
+    /// it takes no writes then (openraft refuses them), so its clients'
+    /// go to the next leader once it is known.
+    handing_over: AtomicBool,
 }
 
 impl Node {
@@ -109,6 +113,7 @@ impl Node {
             stamper: Stamper::new(clock),
             removed_in: Mutex::default(),
             warned_removed: AtomicBool::new(false),
+            handing_over: AtomicBool::new(false),
         })
     }
 
@@ -153,6 +158,40 @@ impl Node {
             .log_id();
         *self.removed_in.lock().expect("removal lock") = Some(held);
         self.warn_removed();
+    }
+
+    /// Whether this leader is handing its lead over
+    /// ([`Node::set_handing_over`]).
+    pub fn handing_over(&self) -> bool {
+        self.handing_over.load(Ordering::Relaxed)
+    }
+
+    /// Marks the start (or the end) of this leader's hand-over before its
+    /// own removal.
+    pub fn set_handing_over(&self, handing_over: bool) {
+        self.handing_over.store(handing_over, Ordering::Relaxed);
+    }
+
+    /// The leader after this node, once another node leads in this node's
+    /// view (this node no longer does); `None` if none is known by
+    /// `deadline`, or the node stopped.
+    pub async fn next_leader(&self, deadline: tokio::time::Instant) -> Option<NodeId> {
+        use openraft::async_runtime::WatchReceiver;
+        let mut metrics = self.raft.metrics();
+        loop {
+            let next = {
+                let current = metrics.borrow_watched();
+                let led = current.state != openraft::ServerState::Leader;
+                (current.current_leader).filter(|leader| led && *leader != self.id)
+            };
+            if next.is_some() {
+                return next;
+            }
+            match tokio::time::timeout_at(deadline, metrics.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return None,
+            }
+        }
     }
 
     /// Logs, once, that this node was removed and what to do with it.

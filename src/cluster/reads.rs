@@ -307,12 +307,20 @@ impl Reader {
     /// leader.
     async fn read_index(&self) -> Result<ReadIndex, Refusal> {
         let leader = self.node.raft.metrics().borrow_watched().current_leader;
-        // Not added yet, or removed: such a node serves no read (a removed
-        // leader still commits writes until it hands its lead over, but
-        // its read index is refused, so it says why instead).
+        // Not added yet, or removed: such a node serves no read, and says
+        // why.
         if let Some(why) = self.node.not_member() {
             return Err(Refusal::TryAgain(why));
         }
+        // A leader handing its lead over gives no read index: the next
+        // leader does, once known (the caller's deadline bounds the wait).
+        let leader = match self.node.handing_over() {
+            true => {
+                let patience = tokio::time::Instant::now() + self.patience;
+                self.node.next_leader(patience).await
+            }
+            false => leader,
+        };
         match leader {
             None => Err(Refusal::TryAgain("the cluster has no leader now".into())),
             Some(leader) if leader == self.node.id => {
