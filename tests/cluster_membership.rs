@@ -397,8 +397,26 @@ fn changes_sent_to_a_follower_are_made_by_the_leader_with_moved_redirects() {
         .filter(|&i| i != leader && i != next)
         .collect();
     remove_through(&cluster, followers[0], followers[1]);
-    cluster.kill9(followers[1]);
-    rest.retain(|&id| id != followers[1] as u64 + 1);
+    // The removed follower is told (it would not learn it from the log:
+    // the leader stops replicating to it as it appends its removal). A
+    // keyless read, not redirected, says so.
+    let gone = followers[1];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let refused = send(&cluster, gone, &["LEASE.SCAN", "0"]);
+        if refused.as_ref().is_err_and(|e| e.contains("removed")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{refused:?}");
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        cluster.log(gone).contains("was removed from the cluster"),
+        "{}",
+        cluster.log(gone)
+    );
+    cluster.kill9(gone);
+    rest.retain(|&id| id != gone as u64 + 1);
     wait_voters(&cluster, &rest);
 }
 

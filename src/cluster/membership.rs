@@ -38,7 +38,7 @@ use openraft::{BasicNode, ChangeMembers, RaftMetrics, ServerState};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::bus::MembershipHandler;
+use super::bus::{MembershipCall, MembershipHandler};
 use super::core::ForwardFailure;
 use super::members;
 use super::node::Node;
@@ -72,12 +72,23 @@ pub type ChangeSender = Arc<
         + Sync,
 >;
 
+/// Tells a node that its removal was committed; made before the change
+/// (a removed member's bus address is soon forgotten), run after it.
+pub type RemovalNotice = Arc<dyn Fn(NodeId) -> BoxFuture<'static, ()> + Send + Sync>;
+
+/// How this node reaches others about membership changes.
+pub struct Messengers {
+    pub send: ChangeSender,
+    pub tell_removed: RemovalNotice,
+}
+
 /// This node's part in membership changes.
 pub struct Membership {
     node: Arc<Node>,
     /// The change under way on this node, if any: its command.
     busy: Mutex<Option<String>>,
     send: ChangeSender,
+    tell_removed: RemovalNotice,
 }
 
 /// Where a change came from.
@@ -90,11 +101,12 @@ enum From {
 }
 
 impl Membership {
-    pub fn new(node: Arc<Node>, send: ChangeSender) -> Arc<Membership> {
+    pub fn new(node: Arc<Node>, messengers: Messengers) -> Arc<Membership> {
         Arc::new(Membership {
             node,
             busy: Mutex::default(),
-            send,
+            send: messengers.send,
+            tell_removed: messengers.tell_removed,
         })
     }
 }
@@ -111,9 +123,17 @@ pub fn hook(membership: Arc<Membership>) -> MembershipHook {
     }))
 }
 
-/// What answers the changes other nodes send this one over the bus.
+/// What answers the changes other nodes send this one over the bus, and
+/// the leader telling it that it was removed.
 pub fn handler(membership: Arc<Membership>) -> MembershipHandler {
-    Arc::new(move |change| {
+    Arc::new(move |call| {
+        let change = match call {
+            MembershipCall::Change(change) => change,
+            MembershipCall::Removed => {
+                membership.node.removed();
+                return async { Ok(()) }.boxed();
+            }
+        };
         let task = spawn(membership.clone(), change, From::Peer);
         async move {
             match task.await {
@@ -206,7 +226,7 @@ impl Membership {
         let reply = match change {
             ClusterChange::Add { id, address } => add(node, id, &address).await,
             ClusterChange::Remove { id } if id == node.id => self.remove_leader().await,
-            ClusterChange::Remove { id } => remove(node, id).await,
+            ClusterChange::Remove { id } => self.remove(id).await,
         };
         *self.busy.lock().expect("membership lock") = None;
         reply
@@ -490,7 +510,20 @@ fn removable(metrics: &RaftMetrics<TypeConfig>, id: NodeId) -> Result<(), Reply>
     Ok(())
 }
 
-/// DELNODE of another node: a voter or a learner out of the membership.
+impl Membership {
+    /// DELNODE of another node: a voter or a learner out of the
+    /// membership; the node is told once it is done.
+    async fn remove(&self, id: NodeId) -> Reply {
+        let notice = (self.tell_removed)(id);
+        let reply = remove(&self.node, id).await;
+        if let Reply::Status(_) = reply {
+            tokio::spawn(notice);
+        }
+        reply
+    }
+}
+
+/// DELNODE of another node, the change itself.
 async fn remove(node: &Node, id: NodeId) -> Reply {
     let metrics = node.raft.metrics().borrow_watched().clone();
     if let Err(refused) = removable(&metrics, id) {

@@ -19,7 +19,7 @@ use super::clock_guard::{self, Guard};
 use super::core::{ForwardFailure, Forwarder, Forwarding, ToLeader};
 use super::leader_queue::LeaderQueue;
 use super::members;
-use super::membership::{self, ChangeSender, Membership};
+use super::membership::{self, ChangeSender, Membership, RemovalNotice};
 use super::node::{StartError, Storage};
 use super::reads::{self, ReadIndexAsker};
 use super::stamp::Clock;
@@ -77,7 +77,10 @@ pub async fn start(
     let make = make_registry(&config);
     drop(config);
     let learning = bus.clone();
-    let sender = change_sender(bus.clone());
+    let messengers = membership::Messengers {
+        send: change_sender(bus.clone()),
+        tell_removed: removal_notice(bus.clone()),
+    };
     let forward = forwarder(bus.clone());
     let read_index = asker(bus.clone());
     let queue = leader_queue(bus.clone());
@@ -106,7 +109,7 @@ pub async fn start(
         guarded,
     )
     .await?;
-    let changes = Membership::new(started.node.clone(), sender);
+    let changes = Membership::new(started.node.clone(), messengers);
     let handler = Handlers {
         forward: handler(started.forwards.clone()),
         read_index: reads::handler(started.node.clone()),
@@ -216,6 +219,25 @@ fn change_sender(bus: Bus) -> ChangeSender {
                 ForwardError::NotSent(why) => ForwardFailure::NotSent(why),
                 ForwardError::NoAnswer(why) => ForwardFailure::NoAnswer(why),
             })
+        }
+        .boxed()
+    })
+}
+
+/// Tells a removed node so over the bus, at the address this node knew it
+/// by before its removal (best effort: it is logged, not retried).
+fn removal_notice(bus: Bus) -> RemovalNotice {
+    Arc::new(move |to| {
+        let (bus, addr) = (bus.clone(), bus.peer_addr(to));
+        async move {
+            let told = match addr {
+                Some(addr) => bus.removed(&addr).await,
+                None => Err("its bus address is unknown".to_owned()),
+            };
+            match told {
+                Ok(()) => info!("Node {to} was told that it was removed"),
+                Err(why) => info!("Node {to} could not be told that it was removed: {why}"),
+            }
         }
         .boxed()
     })

@@ -256,6 +256,29 @@ impl Bus {
         }
     }
 
+    /// Tells the node at `addr` that its removal was committed (best
+    /// effort: a forward's deadline).
+    pub async fn removed(&self, addr: &str) -> Result<(), String> {
+        let called = (self.pool)
+            .call(
+                addr,
+                Kind::Membership,
+                None,
+                &Request::Removed,
+                self.forward_timeout,
+            )
+            .await;
+        match called {
+            Ok(Response::Membership(answer)) => answer,
+            Ok(other) => Err(unexpected(&other)),
+            Err(CallError::TimedOut { .. }) => Err(format!(
+                "{addr}: no answer within {:?}",
+                self.forward_timeout
+            )),
+            Err(CallError::NotSent(why) | CallError::NoAnswer(why)) => Err(why),
+        }
+    }
+
     /// What node `target`'s clock reads, asked over a connection of its
     /// own (a skew probe: the caller times the round trip).
     pub async fn time(&self, target: NodeId, timeout: Duration) -> Result<f64, String> {

@@ -3,6 +3,7 @@
 //! (not a forward's), and gets the leader's answer back as it was.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -10,7 +11,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::wire::{Kind, Request};
-use super::{Bus, ForwardError, Handlers, MembershipHandler, serve};
+use super::{Bus, ForwardError, Handlers, MembershipCall, MembershipHandler, serve};
 use crate::cluster::clock_guard::Guard;
 use crate::cluster::node::{Node, Storage};
 use crate::cluster::tests::{TestClock, make};
@@ -52,15 +53,21 @@ async fn server(membership: Option<MembershipHandler>) -> (String, CancellationT
     (addr, shutdown, node)
 }
 
-/// Adds after `delay`; refuses every removal.
-fn slow_leader(delay: Duration) -> MembershipHandler {
-    Arc::new(move |change| {
+/// Adds after `delay`; refuses every removal; counts the notices of its
+/// own removal in `told`.
+fn slow_leader(delay: Duration, told: Arc<AtomicUsize>) -> MembershipHandler {
+    Arc::new(move |call| {
+        let told = told.clone();
         async move {
             tokio::time::sleep(delay).await;
-            match change {
-                ClusterChange::Add { .. } => Ok(()),
-                ClusterChange::Remove { id } => {
+            match call {
+                MembershipCall::Change(ClusterChange::Add { .. }) => Ok(()),
+                MembershipCall::Change(ClusterChange::Remove { id }) => {
                     Err(format!("ERR node {id} is not a member of this cluster"))
+                }
+                MembershipCall::Removed => {
+                    told.fetch_add(1, Ordering::Relaxed);
+                    Ok(())
                 }
             }
         }
@@ -70,7 +77,9 @@ fn slow_leader(delay: Duration) -> MembershipHandler {
 
 #[tokio::test]
 async fn a_change_is_answered_by_the_leader_past_a_forwards_deadline() {
-    let (addr, shutdown, node) = server(Some(slow_leader(Duration::from_millis(600)))).await;
+    let told = Arc::new(AtomicUsize::new(0));
+    let leader = slow_leader(Duration::from_millis(600), told.clone());
+    let (addr, shutdown, node) = server(Some(leader)).await;
     // A forward would have given up after 100 ms: a change has its own
     // deadline.
     let bus = Bus::new(1, None).with_forward_timeout(Duration::from_millis(100));
@@ -99,6 +108,10 @@ async fn a_change_is_answered_by_the_leader_past_a_forwards_deadline() {
         )
         .await;
     assert!(matches!(late, Err(ForwardError::NoAnswer(_))), "{late:?}");
+    // A removed node is told, on the same kind of connection (with a
+    // forward's deadline: this handler takes 600 ms).
+    assert_eq!(Bus::new(1, None).removed(&addr).await, Ok(()));
+    assert_eq!(told.load(Ordering::Relaxed), 1);
     shutdown.cancel();
     node.raft.shutdown().await.unwrap();
 }
@@ -130,9 +143,11 @@ async fn nobody_listening_means_not_sent() {
 #[test]
 fn a_change_rides_only_its_own_connections() {
     let change = Request::Membership(ClusterChange::Remove { id: 2 });
-    assert!(change.goes_on(Kind::Membership));
-    for other in [Kind::Forward, Kind::Vote, Kind::Append, Kind::Block] {
-        assert!(!change.goes_on(other), "{other:?}");
+    for call in [change, Request::Removed] {
+        assert!(call.goes_on(Kind::Membership));
+        for other in [Kind::Forward, Kind::Vote, Kind::Append, Kind::Block] {
+            assert!(!call.goes_on(other), "{other:?}");
+        }
     }
     assert!(!Request::ReadIndex.goes_on(Kind::Membership));
 }

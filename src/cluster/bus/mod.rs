@@ -25,8 +25,8 @@ pub mod wire;
 
 pub use client::{Bus, ForwardError, Peer};
 pub use server::{
-    Admission, ForwardHandler, Handlers, MembershipHandler, ReadIndexHandler, serve,
-    serve_admitting, serve_tls,
+    Admission, ForwardHandler, Handlers, MembershipCall, MembershipHandler, ReadIndexHandler,
+    serve, serve_admitting, serve_tls,
 };
 
 #[cfg(test)]

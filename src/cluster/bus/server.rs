@@ -48,11 +48,20 @@ pub type ForwardHandler = Arc<dyn Fn(Forward) -> BoxFuture<'static, Vec<Forwarde
 pub type ReadIndexHandler =
     Arc<dyn Fn() -> BoxFuture<'static, Result<ReadIndex, String>> + Send + Sync>;
 
-/// Makes a membership change another node sent (`CLUSTER ADDNODE|DELNODE`)
-/// on this node, if it leads, and answers how it ended: `Ok` for `+OK`,
-/// else the error the client is answered.
+/// What another node asks of this one about the membership.
+#[derive(Clone, Debug, PartialEq)]
+pub enum MembershipCall {
+    /// A change (`CLUSTER ADDNODE|DELNODE`) for this node to make if it
+    /// leads.
+    Change(ClusterChange),
+    /// The leader committed this node's removal.
+    Removed,
+}
+
+/// Answers another node's [`MembershipCall`]: `Ok` for `+OK`, else the
+/// error the client is answered.
 pub type MembershipHandler =
-    Arc<dyn Fn(ClusterChange) -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
+    Arc<dyn Fn(MembershipCall) -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
 
 /// What answers a peer's calls that are not Raft's: followers' forwards,
 /// their requests for a read index, their blocked acquires and
@@ -313,15 +322,21 @@ async fn answer(context: &Context, request: Request) -> Response {
             Some(queue) => queue.waiters(run).await,
             None => Err(no_queue()),
         }),
-        Request::Membership(change) => Response::Membership(match &context.handlers.membership {
-            Some(membership) => membership(change).await,
-            None => Err("ERR this node takes no membership changes over the bus".into()),
-        }),
+        Request::Membership(change) => membership(context, MembershipCall::Change(change)).await,
+        Request::Removed => membership(context, MembershipCall::Removed).await,
         Request::Block(_) | Request::Take => unreachable!("a conversation of its own"),
         Request::Time => Response::Time {
             seconds: context.guard.now(),
         },
     }
+}
+
+/// A membership call's answer, from this node's handler if it has one.
+async fn membership(context: &Context, call: MembershipCall) -> Response {
+    Response::Membership(match &context.handlers.membership {
+        Some(membership) => membership(call).await,
+        None => Err("ERR this node takes no membership changes over the bus".into()),
+    })
 }
 
 /// A follower's blocked acquire, held until it ends: the queue's offers

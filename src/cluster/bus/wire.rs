@@ -80,7 +80,7 @@ impl Request {
                 )
                 | (Kind::Block, Request::Block(_) | Request::Take)
                 | (Kind::Time, Request::Time)
-                | (Kind::Membership, Request::Membership(_))
+                | (Kind::Membership, Request::Membership(_) | Request::Removed)
         )
     }
 }
@@ -146,6 +146,10 @@ pub enum Request {
     Waiters(Bytes),
     /// A membership change for the leader to make.
     Membership(ClusterChange),
+    /// The leader to a node whose removal it committed: the node may
+    /// never receive the entry (the leader stops replicating to it once
+    /// it appends it), so it is told. Answered `Membership(Ok(()))`.
+    Removed,
 }
 
 /// The answer to a [`Request`], of the same variant; a remote Raft's
