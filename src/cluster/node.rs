@@ -75,6 +75,8 @@ pub struct Node {
     removed_in: Mutex<Option<Option<LogIdOf<TypeConfig>>>>,
     /// Whether this node has logged its removal.
     warned_removed: AtomicBool,
+    /// Becomes true when this node is told it was removed.
+    told_removed: tokio::sync::watch::Sender<bool>,
     /// Set while this leader hands its lead over before its own removal:
     /// it takes no writes then (openraft refuses them), so its clients'
     /// go to the next leader once it is known.
@@ -113,6 +115,7 @@ impl Node {
             stamper: Stamper::new(clock),
             removed_in: Mutex::default(),
             warned_removed: AtomicBool::new(false),
+            told_removed: tokio::sync::watch::Sender::new(false),
             handing_over: AtomicBool::new(false),
         })
     }
@@ -157,7 +160,21 @@ impl Node {
             .membership_config
             .log_id();
         *self.removed_in.lock().expect("removal lock") = Some(held);
+        self.told_removed.send_replace(true);
         self.warn_removed();
+    }
+
+    /// Resolves, with why this node serves nothing, once it is told it
+    /// was removed ([`Node::removed`]); never while it is a member (added
+    /// anew since, say).
+    pub async fn until_removed(&self) -> String {
+        let mut told = self.told_removed.subscribe();
+        if told.wait_for(|removed| *removed).await.is_ok()
+            && let Some(why) = self.not_member()
+        {
+            return why;
+        }
+        std::future::pending().await
     }
 
     /// Whether this leader is handing its lead over

@@ -343,10 +343,14 @@ impl Reader {
         let read_log_id = ReadLogId::from_log_id(index.log_id);
         let linearizer = Linearizer::new(self.node.id, read_log_id, None);
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        match linearizer
-            .try_await_ready(&self.node.raft, Some(left))
-            .await
-        {
+        let ready = linearizer.try_await_ready(&self.node.raft, Some(left));
+        // A node told it was removed receives no more of the log: its
+        // reads are refused at once, not at the deadline.
+        let ready = tokio::select! {
+            ready = ready => ready,
+            why = self.node.until_removed() => return Err(Refusal::TryAgain(why)),
+        };
+        match ready {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(_)) => Err(self.late(&format!(
                 "this node did not apply the log up to the read index {}",
