@@ -60,6 +60,10 @@ pub const COMMIT: Duration = Duration::from_secs(30);
 /// entries), with room to spare.
 pub const SENT: Duration = Duration::from_secs(COMMIT.as_secs() * 2 + CATCH_UP.as_secs() + 10);
 
+/// What a node answers a change sent to it by another once it no longer
+/// leads (the sender may try again).
+const NO_LONGER_LEADS: &str = "which does not lead";
+
 /// How many of the longest election timeouts a leader removing itself
 /// waits for a new leader to be known.
 const HAND_OVER_TIMEOUTS: u64 = 4;
@@ -93,7 +97,7 @@ pub struct Membership {
 
 /// Where a change came from.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum From {
+enum Origin {
     /// A client of this node: sent to the leader if this node does not lead.
     Client,
     /// Another node, over the bus: made here, or refused.
@@ -114,7 +118,7 @@ impl Membership {
 /// The hook connections call for ADDNODE and DELNODE on this node.
 pub fn hook(membership: Arc<Membership>) -> MembershipHook {
     MembershipHook(Arc::new(move |change| {
-        let task = spawn(membership.clone(), change, From::Client);
+        let task = spawn(membership.clone(), change, Origin::Client);
         async move {
             task.await
                 .unwrap_or_else(|_| Reply::error("ERR the membership change failed"))
@@ -134,7 +138,7 @@ pub fn handler(membership: Arc<Membership>) -> MembershipHandler {
                 return async { Ok(()) }.boxed();
             }
         };
-        let task = spawn(membership.clone(), change, From::Peer);
+        let task = spawn(membership.clone(), change, Origin::Peer);
         async move {
             match task.await {
                 Ok(Reply::Error(error)) => Err(error),
@@ -149,7 +153,7 @@ pub fn handler(membership: Arc<Membership>) -> MembershipHandler {
 fn spawn(
     membership: Arc<Membership>,
     change: ClusterChange,
-    from: From,
+    from: Origin,
 ) -> tokio::task::JoinHandle<Reply> {
     tokio::spawn(async move { membership.run(change, from).await })
 }
@@ -164,13 +168,13 @@ enum NotLeading {
 }
 
 impl NotLeading {
-    fn reply(&self, me: NodeId, from: From) -> Reply {
+    fn reply(&self, me: NodeId, from: Origin) -> Reply {
         Reply::error(match (self, from) {
-            (NotLeading::Follower(_, leader), From::Client) => format!(
+            (NotLeading::Follower(_, leader), Origin::Client) => format!(
                 "ERR this node is not the leader: send membership changes to the leader, {leader}"
             ),
-            (NotLeading::Follower(_, leader), From::Peer) => format!(
-                "ERR the change reached node {me}, which does not lead (the lead moved \
+            (NotLeading::Follower(_, leader), Origin::Peer) => format!(
+                "ERR the change reached node {me}, {NO_LONGER_LEADS} (the lead moved \
                  meanwhile: {leader} leads): send it again"
             ),
             (NotLeading::NoLeader, _) => {
@@ -186,11 +190,11 @@ impl NotLeading {
 impl Membership {
     /// Makes the change here if this node leads; sends a client's to the
     /// leader otherwise.
-    async fn run(&self, change: ClusterChange, from: From) -> Reply {
+    async fn run(&self, change: ClusterChange, from: Origin) -> Reply {
         let command = change.describe();
         let reply = match leading(&self.node) {
             Ok(()) => self.make(change).await,
-            Err(NotLeading::Follower(leader, _)) if from == From::Client => {
+            Err(NotLeading::Follower(leader, _)) if from == Origin::Client => {
                 info!("{command}: sent to the leader, node {leader}");
                 let reply = self.send(leader, change).await;
                 if let Reply::Error(why) = &reply {
@@ -283,7 +287,7 @@ impl Membership {
         let reply = loop {
             let reply = self.send(leader, change.clone()).await;
             // The new leader's own view may lag this node's by a moment.
-            let early = matches!(&reply, Reply::Error(why) if why.contains("which does not lead"));
+            let early = matches!(&reply, Reply::Error(why) if why.contains(NO_LONGER_LEADS));
             if !early || Instant::now() >= deadline {
                 break reply;
             }
