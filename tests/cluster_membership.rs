@@ -60,9 +60,52 @@ fn add(cluster: &Cluster, new: usize) {
 /// `CLUSTER DELNODE` of node `gone` through the leader.
 fn remove(cluster: &Cluster, gone: usize) {
     let leader = cluster.leader(Duration::from_secs(10));
+    remove_through(cluster, leader, gone);
+}
+
+/// `CLUSTER DELNODE` of node `gone`, sent to node `via`.
+fn remove_through(cluster: &Cluster, via: usize, gone: usize) {
     let id = (gone + 1).to_string();
-    let reply = send(cluster, leader, &["CLUSTER", "DELNODE", &id]);
-    assert_eq!(reply, Ok("OK".into()), "DELNODE {id}");
+    let reply = send(cluster, via, &["CLUSTER", "DELNODE", &id]);
+    assert_eq!(
+        reply,
+        Ok("OK".into()),
+        "DELNODE {id} through node {}",
+        via + 1
+    );
+}
+
+/// The node whose log says it committed node `gone`'s removal, and the
+/// term it led in then.
+fn remover(cluster: &Cluster, gone: usize) -> Option<(usize, u64)> {
+    let said = format!(
+        "CLUSTER DELNODE {}: committed by this node, the leader in term ",
+        gone + 1
+    );
+    (0..cluster.size()).find_map(|i| {
+        let log = cluster.log(i);
+        let term = log.split(&said).nth(1)?.split_whitespace().next()?;
+        Some((i, term.parse().ok()?))
+    })
+}
+
+/// The longest time between two successful commands (an answer, not
+/// `-TRYAGAIN` or `-UNCERTAIN`) that ended between `from` and `to`, and
+/// when it began: how long the clients, together, were left without
+/// service.
+fn longest_gap(recorder: &Recorder, from: f64, to: f64) -> (f64, f64) {
+    let mut done: Vec<f64> = (recorder.ops().iter())
+        .filter(|op| !matches!(op.reply, Reply::TryAgain | Reply::Uncertain))
+        .map(|op| op.ret)
+        .filter(|&ret| ret >= from && ret <= to)
+        .collect();
+    done.sort_by(f64::total_cmp);
+    (done.windows(2))
+        .map(|pair| (pair[1] - pair[0], pair[0]))
+        .fold(
+            (0.0, from),
+            |longest, gap| if gap.0 > longest.0 { gap } else { longest },
+        )
 }
 
 /// The voters node i's `CLUSTER NODES` lists (those without `nofailover`).
@@ -212,17 +255,15 @@ fn three_nodes_grow_to_five_and_back_to_three_under_load() {
         next + 1,
         removed.elapsed().as_secs_f64()
     );
-    // The removed leader serves no lease command once it has handed its
-    // lead over (until then it still leads, legitimately), and says why.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let refused = send(&cluster, leader, &["LEASE.GET", "gone"]);
-        if refused.as_ref().is_err_and(|e| e.contains("removed")) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{refused:?}");
-        thread::sleep(Duration::from_millis(20));
-    }
+    // The removed leader handed its lead over before its removal: it
+    // serves no lease command once the DELNODE answered, and says why.
+    let refused = send(&cluster, leader, &["LEASE.GET", "gone"]);
+    assert!(
+        refused.as_ref().is_err_and(|e| e.contains("removed")),
+        "{refused:?}"
+    );
+    let (by, _) = remover(&cluster, leader).expect("a node committed the removal");
+    assert_ne!(by, leader, "the removed leader committed its own removal");
     assert!(
         cluster.log(leader).contains("was removed from the cluster"),
         "{}",
@@ -241,6 +282,178 @@ fn three_nodes_grow_to_five_and_back_to_three_under_load() {
     phases.push(("end", recorder.now()));
     report(&recorder, &phases);
     assert_safe(&cluster, &recorder);
+}
+
+#[test]
+fn removing_the_leader_hands_its_lead_over_before_the_removal_commits() {
+    let mut cluster = Cluster::start(Path::new(BINARY), 3, &[]);
+    let recorder = Recorder::new();
+    let done = Arc::new(AtomicBool::new(false));
+    // Clients on every node, the leader included.
+    let running = clients(&cluster, &[0, 1, 2], 6, &recorder, &done);
+    thread::sleep(Duration::from_millis(1000));
+
+    let leader = cluster.leader(Duration::from_secs(10));
+    let term = cluster
+        .info_number(leader, "cluster_current_epoch")
+        .unwrap();
+    let asked = recorder.now();
+    remove(&cluster, leader);
+    let answered = recorder.now();
+    // The removal was committed by another node, leading in a later term:
+    // the lead moved first.
+    let (by, in_term) = remover(&cluster, leader).expect("a node committed the removal");
+    assert_ne!(by, leader, "{}", cluster.log(leader));
+    assert!(in_term > term, "committed in term {in_term}, led in {term}");
+    let log = cluster.log(leader);
+    assert!(log.contains("hands its lead to node"), "{log}");
+    assert!(log.contains("was removed from the cluster"), "{log}");
+    // The removed node says so to its clients at once.
+    let refused = send(&cluster, leader, &["LEASE.GET", "r1"]);
+    assert!(
+        refused.as_ref().is_err_and(|e| e.contains("removed")),
+        "{refused:?}"
+    );
+    let others: Vec<usize> = (0..3).filter(|&i| i != leader).collect();
+    assert_eq!(cluster.leader_among(&others, Duration::from_secs(10)), by);
+    thread::sleep(Duration::from_millis(1000));
+    done.store(true, Ordering::SeqCst);
+    for client in running {
+        client.join().unwrap();
+    }
+    cluster.kill9(leader);
+    let mut two: Vec<u64> = others.iter().map(|&i| i as u64 + 1).collect();
+    two.sort_unstable();
+    wait_voters(&cluster, &two);
+    let end = recorder.now();
+    let phases = [
+        ("before", 0.0),
+        ("DELNODE", asked),
+        ("after", answered),
+        ("end", end),
+    ];
+    report(&recorder, &phases);
+    let (gap, at) = longest_gap(&recorder, asked - 1.0, answered + 1.0);
+    println!(
+        "DELNODE of the leader (node {}) took {:.3} s; node {} committed it in term {in_term} \
+         (was {term}); longest time without a successful command around it: {:.3} s, from \
+         {:.3} s after the DELNODE was sent",
+        leader + 1,
+        answered - asked,
+        by + 1,
+        gap,
+        at - asked
+    );
+    assert_safe(&cluster, &recorder);
+}
+
+#[test]
+fn changes_sent_to_a_follower_are_made_by_the_leader_with_moved_redirects() {
+    let mut cluster = Cluster::start(Path::new(BINARY), 3, &["--cluster-redirect", "moved"]);
+    let leader = cluster.leader(Duration::from_secs(10));
+    let follower = (leader + 1) % 3;
+    // Keyed commands are redirected by this follower; membership changes,
+    // keyless, are sent to the leader.
+    let moved = send(&cluster, follower, &["LEASE.GET", "a"]);
+    let leader_port = cluster.nodes[leader].port.to_string();
+    assert!(
+        moved
+            .as_ref()
+            .is_err_and(|e| e.to_lowercase().contains("moved") && e.contains(&leader_port)),
+        "{moved:?}"
+    );
+    let four = cluster.add_node();
+    let address = cluster.add_address(four);
+    let reply = send(&cluster, follower, &["CLUSTER", "ADDNODE", "4", &address]);
+    assert_eq!(reply, Ok("OK".into()));
+    assert!(
+        cluster.log(follower).contains("CLUSTER ADDNODE 4"),
+        "{}",
+        cluster.log(follower)
+    );
+    wait_voters(&cluster, &[1, 2, 3, 4]);
+    // The leader's refusals come back as they are.
+    let voter = send(&cluster, follower, &["CLUSTER", "ADDNODE", "4", &address]);
+    assert!(
+        voter.as_ref().is_err_and(|e| e.contains("already a voter")),
+        "{voter:?}"
+    );
+    // The leader's own removal, sent to a follower: the leader hands its
+    // lead over, and the new leader (maybe this follower) removes it.
+    remove_through(&cluster, follower, leader);
+    let (by, _) = remover(&cluster, leader).expect("a node committed the removal");
+    assert_ne!(by, leader);
+    let mut rest: Vec<u64> = [0, 1, 2, 3]
+        .into_iter()
+        .filter(|&i| i != leader)
+        .map(|i| i as u64 + 1)
+        .collect();
+    cluster.kill9(leader);
+    wait_voters(&cluster, &rest);
+    // And a follower's removal, sent to another follower.
+    let next = cluster.leader(Duration::from_secs(10));
+    let followers: Vec<usize> = [0, 1, 2, 3]
+        .into_iter()
+        .filter(|&i| i != leader && i != next)
+        .collect();
+    remove_through(&cluster, followers[0], followers[1]);
+    // The removed follower is told (it would not learn it from the log:
+    // the leader stops replicating to it as it appends its removal). A
+    // keyless read, not redirected, says so.
+    let gone = followers[1];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let refused = send(&cluster, gone, &["LEASE.SCAN", "0"]);
+        if refused.as_ref().is_err_and(|e| e.contains("removed")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{refused:?}");
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        cluster.log(gone).contains("was removed from the cluster"),
+        "{}",
+        cluster.log(gone)
+    );
+    cluster.kill9(gone);
+    rest.retain(|&id| id != gone as u64 + 1);
+    wait_voters(&cluster, &rest);
+}
+
+#[test]
+fn a_leader_that_cannot_hand_its_lead_over_removes_nothing() {
+    let cluster = Cluster::start(Path::new(BINARY), 3, &[]);
+    let leader = cluster.leader(Duration::from_secs(10));
+    let id = (leader + 1).to_string();
+    // Cut off from the others, it can hand its lead to nobody.
+    cluster.isolate(leader);
+    let started = Instant::now();
+    let refused = send(&cluster, leader, &["CLUSTER", "DELNODE", &id]);
+    println!(
+        "DELNODE of an isolated leader refused after {:.2} s: {refused:?}",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        refused.as_ref().is_err_and(
+            |e| e.contains("could not hand its lead over") && e.contains("nothing was removed")
+        ),
+        "{refused:?}"
+    );
+    cluster.heal();
+    // Still a member: the three agree on a leader and on three voters,
+    // and the old leader serves its clients again.
+    cluster.leader(Duration::from_secs(10));
+    wait_voters(&cluster, &[1, 2, 3]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let served = send(&cluster, leader, &["LEASE.GET", "a"]);
+        if served.is_ok() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{served:?}");
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert!(remover(&cluster, leader).is_none());
 }
 
 /// Each phase's replies: successes, -TRYAGAIN, -UNCERTAIN.
@@ -263,7 +476,7 @@ fn report(recorder: &Recorder, phases: &[(&str, f64)]) {
 }
 
 #[test]
-fn a_dead_node_is_replaced_and_changes_go_to_the_leader() {
+fn a_dead_node_is_replaced_through_a_follower() {
     let mut cluster = Cluster::start(Path::new(BINARY), 3, &[]);
     let leader = cluster.leader(Duration::from_secs(10));
     let follower = (leader + 1) % 3;
@@ -280,15 +493,7 @@ fn a_dead_node_is_replaced_and_changes_go_to_the_leader() {
         redis::Value::Map(_) | redis::Value::Array(_)
     ));
 
-    // A follower refuses, naming the leader; bad requests are refused.
-    let on_follower = send(&cluster, follower, &["CLUSTER", "DELNODE", "3"]);
-    let leader_port = cluster.nodes[leader].port.to_string();
-    assert!(
-        on_follower
-            .as_ref()
-            .is_err_and(|e| e.contains("not the leader") && e.contains(&leader_port)),
-        "{on_follower:?}"
-    );
+    // Bad requests are refused, by the leader and through a follower.
     for (words, error) in [
         (&["CLUSTER", "DELNODE", "9"][..], "not a member"),
         (&["CLUSTER", "DELNODE", "0"][..], "Invalid node id"),
@@ -301,19 +506,26 @@ fn a_dead_node_is_replaced_and_changes_go_to_the_leader() {
             "Invalid node address",
         ),
     ] {
-        let reply = send(&cluster, leader, words);
-        assert!(
-            reply.as_ref().is_err_and(|e| e.contains(error)),
-            "{words:?}: {reply:?}"
-        );
+        for via in [leader, follower] {
+            let reply = send(&cluster, via, words);
+            assert!(
+                reply.as_ref().is_err_and(|e| e.contains(error)),
+                "{words:?} on node {}: {reply:?}",
+                via + 1
+            );
+        }
     }
 
-    // The follower dies; it is removed, and a new node takes its place.
+    // The other follower dies; it is removed, and a new node takes its
+    // place, both sent to the follower left.
     let dead = (leader + 2) % 3;
     cluster.kill9(dead);
-    remove(&cluster, dead);
+    remove_through(&cluster, follower, dead);
     let new = cluster.add_node();
-    add(&cluster, new);
+    let address = cluster.add_address(new);
+    let id = (new + 1).to_string();
+    let reply = send(&cluster, follower, &["CLUSTER", "ADDNODE", &id, &address]);
+    assert_eq!(reply, Ok("OK".into()), "ADDNODE {id} through a follower");
     let mut expected: Vec<u64> = [leader, follower, new]
         .iter()
         .map(|&i| i as u64 + 1)

@@ -378,8 +378,9 @@ impl ClusterCore {
     /// leads, forwarded to the leader otherwise.
     pub(super) async fn submit(&self, ops: Vec<Op>) -> BoxFuture<'static, Outcomes> {
         match self.node.raft.as_leader() {
-            // A leader that has removed itself still leads (and commits)
-            // until it hands its lead over.
+            // Handing its lead over before its own removal, it takes no
+            // writes: they go to the next leader once it is known.
+            Ok(_) if self.node.handing_over() => self.relay_to_next(ops),
             Ok(_) => self.propose(ops).await,
             // Not added yet, or removed: this node serves no lease command.
             Err(_) => match self.node.not_member() {
@@ -450,17 +451,27 @@ impl ClusterCore {
             let Some(leader) = leader else {
                 return Err(Refusal::TryAgain("the cluster has no leader now".into()));
             };
-            let sent = forward(leader, Forward { ops });
-            match tokio::time::timeout(patience, sent).await {
-                Err(_) => Err(silent(patience)),
-                Ok(Ok(answers)) => Ok(answers),
-                Ok(Err(ForwardFailure::NotSent(why))) => Err(Refusal::TryAgain(format!(
-                    "the leader (node {leader}) cannot be reached: {why}"
-                ))),
-                Ok(Err(ForwardFailure::NoAnswer(why))) => Err(Refusal::Uncertain(format!(
-                    "the leader (node {leader}) did not answer: {why}"
-                ))),
-            }
+            relay_to(forward, leader, ops, patience).await
+        })
+    }
+
+    /// [`ClusterCore::relay`] once the leader this node hands its lead to
+    /// is known (within the patience).
+    fn relay_to_next(&self, ops: Vec<Op>) -> BoxFuture<'static, Outcomes> {
+        let node = self.node.clone();
+        let forward = self.forward.clone();
+        let patience = self.patience;
+        Box::pin(async move {
+            let deadline = tokio::time::Instant::now() + patience;
+            let Some(leader) = node.next_leader(deadline).await else {
+                return Err(Refusal::TryAgain(format!(
+                    "this node was handing its lead over and no next leader was known within \
+                     {} seconds",
+                    patience.as_secs()
+                )));
+            };
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            relay_to(forward, leader, ops, left).await
         })
     }
 
@@ -594,6 +605,27 @@ impl ClusterCore {
 }
 
 pub(super) type Outcomes = Result<Vec<Forwarded>, Refusal>;
+
+/// Sends `ops` to `leader` as one forward and waits `patience` at most
+/// for its answers.
+async fn relay_to(
+    forward: Forwarder,
+    leader: NodeId,
+    ops: Vec<Op>,
+    patience: Duration,
+) -> Outcomes {
+    let sent = forward(leader, Forward { ops });
+    match tokio::time::timeout(patience, sent).await {
+        Err(_) => Err(silent(patience)),
+        Ok(Ok(answers)) => Ok(answers),
+        Ok(Err(ForwardFailure::NotSent(why))) => Err(Refusal::TryAgain(format!(
+            "the leader (node {leader}) cannot be reached: {why}"
+        ))),
+        Ok(Err(ForwardFailure::NoAnswer(why))) => Err(Refusal::Uncertain(format!(
+            "the leader (node {leader}) did not answer: {why}"
+        ))),
+    }
+}
 
 /// Refusals decided before an op is proposed: an explicit `now` too far
 /// ahead of this node's clock.

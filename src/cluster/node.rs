@@ -3,11 +3,15 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
+use openraft::alias::LogIdOf;
 use openraft::error::{ClientWriteError, Fatal, RaftError};
 use openraft::network::NetSnapshot;
 use openraft::{Config, Raft, RaftNetworkFactory};
+
+use tracing::warn;
 
 use super::disk::OpenError;
 use super::log_store::LogStore;
@@ -62,6 +66,21 @@ pub struct Node {
     pub raft: Raft<TypeConfig, StateMachine>,
     pub state: StateMachine,
     stamper: Stamper,
+    /// Set when the leader answered this node's own removal: the log id
+    /// of the membership this node held then. A removed follower may
+    /// never receive the entry that removes it (the leader stops
+    /// replicating to it as soon as it appends that entry), so the answer
+    /// is what tells it. A newer membership naming it again (added anew)
+    /// makes it a member again.
+    removed_in: Mutex<Option<Option<LogIdOf<TypeConfig>>>>,
+    /// Whether this node has logged its removal.
+    warned_removed: AtomicBool,
+    /// Becomes true when this node is told it was removed.
+    told_removed: tokio::sync::watch::Sender<bool>,
+    /// Set while this leader hands its lead over before its own removal:
+    /// it takes no writes then (openraft refuses them), so its clients'
+    /// go to the next leader once it is known.
+    handing_over: AtomicBool,
 }
 
 impl Node {
@@ -94,6 +113,10 @@ impl Node {
             raft,
             state,
             stamper: Stamper::new(clock),
+            removed_in: Mutex::default(),
+            warned_removed: AtomicBool::new(false),
+            told_removed: tokio::sync::watch::Sender::new(false),
+            handing_over: AtomicBool::new(false),
         })
     }
 
@@ -105,7 +128,9 @@ impl Node {
         let metrics = self.raft.metrics();
         let metrics = metrics.borrow_watched();
         let membership = metrics.membership_config.membership();
-        if membership.get_node(&self.id).is_some() {
+        let told = self.removed_in.lock().expect("removal lock").as_ref()
+            == Some(metrics.membership_config.log_id());
+        if membership.get_node(&self.id).is_some() && !told {
             return None;
         }
         Some(if membership.nodes().next().is_none() {
@@ -121,6 +146,82 @@ impl Node {
                 self.id
             )
         })
+    }
+
+    /// The leader committed this node's removal (its own `CLUSTER DELNODE`,
+    /// answered `+OK`): from now on it serves no lease command, as if it
+    /// held the entry that removed it.
+    pub fn removed(&self) {
+        use openraft::async_runtime::WatchReceiver;
+        let held = *self
+            .raft
+            .metrics()
+            .borrow_watched()
+            .membership_config
+            .log_id();
+        *self.removed_in.lock().expect("removal lock") = Some(held);
+        self.told_removed.send_replace(true);
+        self.warn_removed();
+    }
+
+    /// Resolves, with why this node serves nothing, once it is told it
+    /// was removed ([`Node::removed`]); never while it is a member (added
+    /// anew since, say).
+    pub async fn until_removed(&self) -> String {
+        let mut told = self.told_removed.subscribe();
+        if told.wait_for(|removed| *removed).await.is_ok()
+            && let Some(why) = self.not_member()
+        {
+            return why;
+        }
+        std::future::pending().await
+    }
+
+    /// Whether this leader is handing its lead over
+    /// ([`Node::set_handing_over`]).
+    pub fn handing_over(&self) -> bool {
+        self.handing_over.load(Ordering::Relaxed)
+    }
+
+    /// Marks the start (or the end) of this leader's hand-over before its
+    /// own removal.
+    pub fn set_handing_over(&self, handing_over: bool) {
+        self.handing_over.store(handing_over, Ordering::Relaxed);
+    }
+
+    /// The leader after this node, once another node leads in this node's
+    /// view (this node no longer does); `None` if none is known by
+    /// `deadline`, or the node stopped.
+    pub async fn next_leader(&self, deadline: tokio::time::Instant) -> Option<NodeId> {
+        use openraft::async_runtime::WatchReceiver;
+        let mut metrics = self.raft.metrics();
+        loop {
+            let next = {
+                let current = metrics.borrow_watched();
+                let led = current.state != openraft::ServerState::Leader;
+                (current.current_leader).filter(|leader| led && *leader != self.id)
+            };
+            if next.is_some() {
+                return next;
+            }
+            match tokio::time::timeout_at(deadline, metrics.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return None,
+            }
+        }
+    }
+
+    /// Logs, once, that this node was removed and what to do with it.
+    pub fn warn_removed(&self) {
+        if self.warned_removed.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        warn!(
+            "Cluster node {}: this node was removed from the cluster (CLUSTER DELNODE); it \
+             serves no lease command any more (its clients get -TRYAGAIN). Stop it, and \
+             start it again only with an empty dir and cluster-join yes, to be added anew",
+            self.id
+        );
     }
 
     /// The next stamp: never below this node's registry time.

@@ -307,12 +307,20 @@ impl Reader {
     /// leader.
     async fn read_index(&self) -> Result<ReadIndex, Refusal> {
         let leader = self.node.raft.metrics().borrow_watched().current_leader;
-        // Not added yet, or removed: such a node serves no read (a removed
-        // leader still commits writes until it hands its lead over, but
-        // its read index is refused, so it says why instead).
+        // Not added yet, or removed: such a node serves no read, and says
+        // why.
         if let Some(why) = self.node.not_member() {
             return Err(Refusal::TryAgain(why));
         }
+        // A leader handing its lead over gives no read index: the next
+        // leader does, once known (the caller's deadline bounds the wait).
+        let leader = match self.node.handing_over() {
+            true => {
+                let patience = tokio::time::Instant::now() + self.patience;
+                self.node.next_leader(patience).await
+            }
+            false => leader,
+        };
         match leader {
             None => Err(Refusal::TryAgain("the cluster has no leader now".into())),
             Some(leader) if leader == self.node.id => {
@@ -335,10 +343,14 @@ impl Reader {
         let read_log_id = ReadLogId::from_log_id(index.log_id);
         let linearizer = Linearizer::new(self.node.id, read_log_id, None);
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        match linearizer
-            .try_await_ready(&self.node.raft, Some(left))
-            .await
-        {
+        let ready = linearizer.try_await_ready(&self.node.raft, Some(left));
+        // A node told it was removed receives no more of the log: its
+        // reads are refused at once, not at the deadline.
+        let ready = tokio::select! {
+            ready = ready => ready,
+            why = self.node.until_removed() => return Err(Refusal::TryAgain(why)),
+        };
+        match ready {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(_)) => Err(self.late(&format!(
                 "this node did not apply the log up to the read index {}",

@@ -19,7 +19,7 @@ use super::clock_guard::{self, Guard};
 use super::core::{ForwardFailure, Forwarder, Forwarding, ToLeader};
 use super::leader_queue::LeaderQueue;
 use super::members;
-use super::membership;
+use super::membership::{self, ChangeSender, Membership, RemovalNotice};
 use super::node::{StartError, Storage};
 use super::reads::{self, ReadIndexAsker};
 use super::stamp::Clock;
@@ -77,6 +77,10 @@ pub async fn start(
     let make = make_registry(&config);
     drop(config);
     let learning = bus.clone();
+    let messengers = membership::Messengers {
+        send: change_sender(bus.clone()),
+        tell_removed: removal_notice(bus.clone()),
+    };
     let forward = forwarder(bus.clone());
     let read_index = asker(bus.clone());
     let queue = leader_queue(bus.clone());
@@ -105,12 +109,14 @@ pub async fn start(
         guarded,
     )
     .await?;
+    let changes = Membership::new(started.node.clone(), messengers);
     let handler = Handlers {
         forward: handler(started.forwards.clone()),
         read_index: reads::handler(started.node.clone()),
         queue: Some(started.queue.clone()),
+        membership: Some(membership::handler(changes.clone())),
     };
-    shared.set_membership(membership::hook(started.node.clone()));
+    shared.set_membership(membership::hook(changes));
     tokio::spawn(learn_peers(learning, started.node.clone()));
     let raft = started.node.raft.clone();
     let in_tls = if tls.is_some() { " in TLS" } else { "" };
@@ -195,6 +201,43 @@ fn forwarder(bus: Bus) -> Forwarder {
                     ForwardError::NotSent(why) => ForwardFailure::NotSent(why),
                     ForwardError::NoAnswer(why) => ForwardFailure::NoAnswer(why),
                 })
+        }
+        .boxed()
+    })
+}
+
+/// Sends a membership change to a peer (the leader) over the bus, with
+/// the time a change may take.
+fn change_sender(bus: Bus) -> ChangeSender {
+    Arc::new(move |to, change| {
+        let bus = bus.clone();
+        async move {
+            let Some(addr) = bus.peer_addr(to) else {
+                return Err(ForwardFailure::NotSent(format!("node {to} is not a peer")));
+            };
+            (bus.membership(&addr, change, membership::SENT).await).map_err(|error| match error {
+                ForwardError::NotSent(why) => ForwardFailure::NotSent(why),
+                ForwardError::NoAnswer(why) => ForwardFailure::NoAnswer(why),
+            })
+        }
+        .boxed()
+    })
+}
+
+/// Tells a removed node so over the bus, at the address this node knew it
+/// by before its removal (best effort: it is logged, not retried).
+fn removal_notice(bus: Bus) -> RemovalNotice {
+    Arc::new(move |to| {
+        let (bus, addr) = (bus.clone(), bus.peer_addr(to));
+        async move {
+            let told = match addr {
+                Some(addr) => bus.removed(&addr).await,
+                None => Err("its bus address is unknown".to_owned()),
+            };
+            match told {
+                Ok(()) => info!("Node {to} was told that it was removed"),
+                Err(why) => info!("Node {to} could not be told that it was removed: {why}"),
+            }
         }
         .boxed()
     })

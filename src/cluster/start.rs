@@ -224,16 +224,9 @@ async fn publish_status(
     let mut was_member = false;
     loop {
         let current = metrics.borrow_watched().clone();
-        let member = (current.membership_config.membership())
-            .get_node(&current.id)
-            .is_some();
+        let member = node.not_member().is_none();
         if was_member && !member {
-            warn!(
-                "Cluster node {}: this node was removed from the cluster (CLUSTER DELNODE); it \
-                 serves no lease command any more (its clients get -TRYAGAIN). Stop it, and \
-                 start it again only with an empty dir and cluster-join yes, to be added anew",
-                current.id
-            );
+            node.warn_removed();
         }
         was_member = member;
         if current.current_leader != last_leader {

@@ -80,8 +80,9 @@ pub enum ClusterView {
 }
 
 /// `CLUSTER ADDNODE id host:port[@busport]` and `CLUSTER DELNODE id`: a
-/// change of the cluster's membership, one node at a time.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// change of the cluster's membership, one node at a time. A node that
+/// does not lead sends it to the leader over the bus as it is.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ClusterChange {
     /// Add node `id`, whose `cluster-nodes` entry would be
     /// `id@<address>`: `address` is `host:port[@busport]` as written.

@@ -1,7 +1,7 @@
 //! The bus's client side: openraft's network ([`Bus`] as the factory,
 //! [`Peer`] per target), forwarding a follower's commands to the leader
-//! ([`Bus::forward`]) and asking it for a read index
-//! ([`Bus::read_index`]).
+//! ([`Bus::forward`]), asking it for a read index ([`Bus::read_index`])
+//! and sending it membership changes ([`Bus::membership`]).
 //!
 //! Errors keep what openraft needs to know apart: no connection (or a
 //! request that could not be written) is `Unreachable`, after which
@@ -33,6 +33,7 @@ use super::pool::{CallError, Conn, Pool};
 use super::wire::{Kind, Request, Response};
 use crate::cluster::leader_queue::{Conversation, FromLeader};
 use crate::cluster::types::{Block, Forward, Forwarded, NodeId, ReadIndex, TypeConfig};
+use crate::command::ClusterChange;
 use crate::state::cluster_stats::ClusterStats;
 
 /// How long dialling a peer and its handshake may take.
@@ -223,6 +224,58 @@ impl Bus {
                 "{addr}: no answer within {:?}",
                 self.forward_timeout
             ))),
+        }
+    }
+
+    /// Sends a membership change (`CLUSTER ADDNODE|DELNODE`) to the node at
+    /// `addr` (the leader's bus address), on a connection of its own, and
+    /// returns how it ended there: `Ok` for `+OK`, else the error the
+    /// client is to be answered. `timeout` is the change's own (a new node
+    /// may take a minute to catch up), not a forward's.
+    pub async fn membership(
+        &self,
+        addr: &str,
+        change: ClusterChange,
+        timeout: Duration,
+    ) -> Result<Result<(), String>, ForwardError> {
+        let request = Request::Membership(change);
+        let called = (self.pool)
+            .call(addr, Kind::Membership, None, &request, timeout)
+            .await;
+        match called {
+            Ok(Response::Membership(answer)) => Ok(answer),
+            Ok(other) => Err(ForwardError::NoAnswer(unexpected(&other))),
+            Err(CallError::NotSent(why)) => Err(ForwardError::NotSent(why)),
+            Err(CallError::NoAnswer(why)) => Err(ForwardError::NoAnswer(why)),
+            Err(CallError::TimedOut { sent: false }) => Err(ForwardError::NotSent(format!(
+                "{addr}: not sent within {timeout:?}"
+            ))),
+            Err(CallError::TimedOut { sent: true }) => Err(ForwardError::NoAnswer(format!(
+                "{addr}: no answer within {timeout:?}"
+            ))),
+        }
+    }
+
+    /// Tells the node at `addr` that its removal was committed (best
+    /// effort: a forward's deadline).
+    pub async fn removed(&self, addr: &str) -> Result<(), String> {
+        let called = (self.pool)
+            .call(
+                addr,
+                Kind::Membership,
+                None,
+                &Request::Removed,
+                self.forward_timeout,
+            )
+            .await;
+        match called {
+            Ok(Response::Membership(answer)) => answer,
+            Ok(other) => Err(unexpected(&other)),
+            Err(CallError::TimedOut { .. }) => Err(format!(
+                "{addr}: no answer within {:?}",
+                self.forward_timeout
+            )),
+            Err(CallError::NotSent(why) | CallError::NoAnswer(why)) => Err(why),
         }
     }
 

@@ -6,8 +6,9 @@
 //! which the client says who it is and what the connection is for, and
 //! proves `cluster-secret` by an HMAC of the server's nonce when the server
 //! has one. Then it carries one kind of call ([`wire::Kind`]), one at a
-//! time: appends, votes (and heartbeats), snapshots and forwards each have
-//! connections of their own, so none waits behind another.
+//! time: appends, votes (and heartbeats), snapshots, forwards and
+//! membership changes each have connections of their own, so none waits
+//! behind another.
 //!
 //! With TLS ([`Bus::with_tls`], [`serve_tls`]) the bus handshake runs
 //! inside it.
@@ -24,9 +25,12 @@ pub mod wire;
 
 pub use client::{Bus, ForwardError, Peer};
 pub use server::{
-    Admission, ForwardHandler, Handlers, ReadIndexHandler, serve, serve_admitting, serve_tls,
+    Admission, ForwardHandler, Handlers, MembershipCall, MembershipHandler, ReadIndexHandler,
+    serve, serve_admitting, serve_tls,
 };
 
+#[cfg(test)]
+mod membership_tests;
 #[cfg(test)]
 mod skew_tests;
 #[cfg(test)]

@@ -37,6 +37,7 @@ use crate::cluster::state_machine::StateMachine;
 use crate::cluster::types::{
     Block, Blocked, ClusterRefusal, Forward, Forwarded, NodeId, ReadIndex, TypeConfig,
 };
+use crate::command::ClusterChange;
 use crate::state::cluster_stats::{BusError, ClusterStats};
 
 /// Runs a follower's forwarded ops on this node (the leader) and answers
@@ -47,14 +48,31 @@ pub type ForwardHandler = Arc<dyn Fn(Forward) -> BoxFuture<'static, Vec<Forwarde
 pub type ReadIndexHandler =
     Arc<dyn Fn() -> BoxFuture<'static, Result<ReadIndex, String>> + Send + Sync>;
 
+/// What another node asks of this one about the membership.
+#[derive(Clone, Debug, PartialEq)]
+pub enum MembershipCall {
+    /// A change (`CLUSTER ADDNODE|DELNODE`) for this node to make if it
+    /// leads.
+    Change(ClusterChange),
+    /// The leader committed this node's removal.
+    Removed,
+}
+
+/// Answers another node's [`MembershipCall`]: `Ok` for `+OK`, else the
+/// error the client is answered.
+pub type MembershipHandler =
+    Arc<dyn Fn(MembershipCall) -> BoxFuture<'static, Result<(), String>> + Send + Sync>;
+
 /// What answers a peer's calls that are not Raft's: followers' forwards,
-/// their requests for a read index, and their blocked acquires and
-/// `LEASE.WAITERS` (the queue, if this node has one).
+/// their requests for a read index, their blocked acquires and
+/// `LEASE.WAITERS` (the queue, if this node has one), and the membership
+/// changes they send (if this node takes them).
 #[derive(Clone)]
 pub struct Handlers {
     pub forward: ForwardHandler,
     pub read_index: ReadIndexHandler,
     pub queue: Option<QueueHandle>,
+    pub membership: Option<MembershipHandler>,
 }
 
 /// How long a peer has to finish its handshake.
@@ -304,11 +322,21 @@ async fn answer(context: &Context, request: Request) -> Response {
             Some(queue) => queue.waiters(run).await,
             None => Err(no_queue()),
         }),
+        Request::Membership(change) => membership(context, MembershipCall::Change(change)).await,
+        Request::Removed => membership(context, MembershipCall::Removed).await,
         Request::Block(_) | Request::Take => unreachable!("a conversation of its own"),
         Request::Time => Response::Time {
             seconds: context.guard.now(),
         },
     }
+}
+
+/// A membership call's answer, from this node's handler if it has one.
+async fn membership(context: &Context, call: MembershipCall) -> Response {
+    Response::Membership(match &context.handlers.membership {
+        Some(membership) => membership(call).await,
+        None => Err("ERR this node takes no membership changes over the bus".into()),
+    })
 }
 
 /// A follower's blocked acquire, held until it ends: the queue's offers

@@ -84,6 +84,7 @@ async fn three(offsets: [i64; 3], shutdown: &CancellationToken) -> BTreeMap<Node
             forward: write_handler(node.clone()),
             read_index: crate::cluster::reads::handler(node.clone()),
             queue: None,
+            membership: None,
         };
         tokio::spawn(serve(
             listener,

@@ -68,6 +68,7 @@ async fn each_side_counts_what_went_wrong() {
         forward: echo,
         read_index: Arc::new(|| async { Err("no reads in this test".to_string()) }.boxed()),
         queue: None,
+        membership: None,
     };
     let server = tokio::spawn(serve_admitting(
         listener,

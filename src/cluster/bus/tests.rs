@@ -246,6 +246,7 @@ impl BusNode {
             forward: handler(node.clone()),
             read_index: crate::cluster::reads::handler(node.clone()),
             queue: None,
+            membership: None,
         };
         let raft = node.raft.clone();
         // No guard runs on it: it never refuses to lead.

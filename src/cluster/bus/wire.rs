@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::types::{
     Block, Blocked, ClusterRefusal, Forward, Forwarded, NodeId, ReadIndex, TypeConfig,
 };
+use crate::command::ClusterChange;
 
 /// The bus protocol's version: a server refuses a client that speaks
 /// another.
@@ -40,6 +41,10 @@ pub enum Kind {
     /// connection, held for as long as the client waits (no forward
     /// deadline). Closing it takes the waiter out of the queue.
     Block,
+    /// `CLUSTER ADDNODE|DELNODE` sent to the leader by another node: a
+    /// change may take a minute (a new node catching up), far past a
+    /// forward's deadline, so it has connections of its own.
+    Membership,
 }
 
 impl Kind {
@@ -51,6 +56,7 @@ impl Kind {
             Kind::Forward => 4,
             Kind::Time => 5,
             Kind::Block => 6,
+            Kind::Membership => 7,
         }
     }
 }
@@ -74,6 +80,7 @@ impl Request {
                 )
                 | (Kind::Block, Request::Block(_) | Request::Take)
                 | (Kind::Time, Request::Time)
+                | (Kind::Membership, Request::Membership(_) | Request::Removed)
         )
     }
 }
@@ -137,6 +144,12 @@ pub enum Request {
     Take,
     /// `LEASE.WAITERS run`, read from the leader's queue.
     Waiters(Bytes),
+    /// A membership change for the leader to make.
+    Membership(ClusterChange),
+    /// The leader to a node whose removal it committed: the node may
+    /// never receive the entry (the leader stops replicating to it once
+    /// it appends it), so it is told. Answered `Membership(Ok(()))`.
+    Removed,
 }
 
 /// The answer to a [`Request`], of the same variant; a remote Raft's
@@ -161,4 +174,7 @@ pub enum Response {
     /// How a blocked acquire ended.
     Block(Blocked),
     Waiters(Result<Vec<Bytes>, ClusterRefusal>),
+    /// How the membership change ended: done, or the error the client is
+    /// answered (`ERR ...`).
+    Membership(Result<(), String>),
 }
