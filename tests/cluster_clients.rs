@@ -28,7 +28,7 @@ use redis::Value;
 const BINARY: &str = env!("CARGO_BIN_EXE_leased");
 
 /// How long the clients (and the tests' own loops) may take to find the
-/// new leader after a kill: the election takes about 2 s.
+/// new leader after a kill: the election takes about 1 s.
 const FAILOVER: Duration = Duration::from_secs(20);
 
 fn cluster(mode: &str) -> Cluster {
