@@ -67,20 +67,19 @@ impl Cluster {
         own: impl Fn(usize) -> Vec<String>,
     ) -> Cluster {
         let temp = tempfile::tempdir().expect("temp dir");
-        let ports = distinct_ports(size * 2);
-        let ports: Vec<(u16, u16)> = ports.chunks(2).map(|pair| (pair[0], pair[1])).collect();
-        let links: Vec<Vec<Option<Proxy>>> = (0..size)
-            .map(|i| {
-                (0..size)
-                    .map(|j| {
-                        (i != j).then(|| {
-                            let bus: SocketAddr = ([127, 0, 0, 1], ports[j].1).into();
-                            Proxy::start(bus)
-                        })
-                    })
-                    .collect()
-            })
-            .collect();
+        let (ports, links) = loop {
+            let ports = distinct_ports(size * 2);
+            let ports: Vec<(u16, u16)> = ports.chunks(2).map(|pair| (pair[0], pair[1])).collect();
+            let links = proxies(&ports);
+            // A proxy listens on a port of the system's choosing, which can
+            // be one picked above and free until a node binds it (CI hit
+            // it once): pick again.
+            let picked = |port: u16| ports.iter().any(|&(a, b)| port == a || port == b);
+            let clash = (links.iter().flatten().flatten()).any(|proxy| picked(proxy.addr.port()));
+            if !clash {
+                break (ports, links);
+            }
+        };
         let nodes = (0..size)
             .map(|i| Node {
                 id: i as u64 + 1,
@@ -516,6 +515,24 @@ impl Drop for Cluster {
             }
         }
     }
+}
+
+/// `links[i][j]`: a proxy in front of node j's bus, for node i
+/// (`ports[j]` is node j's client and bus port).
+fn proxies(ports: &[(u16, u16)]) -> Vec<Vec<Option<Proxy>>> {
+    let size = ports.len();
+    (0..size)
+        .map(|i| {
+            (0..size)
+                .map(|j| {
+                    (i != j).then(|| {
+                        let bus: SocketAddr = ([127, 0, 0, 1], ports[j].1).into();
+                        Proxy::start(bus)
+                    })
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// A port that was free a moment ago (as `binary::free_port`: the nemesis
