@@ -126,6 +126,15 @@ struct Cluster {
     dirs: HashMap<NodeId, TempDir>,
 }
 
+/// A node of its own (id 9, its log in memory, on `clock`), for tests of
+/// the bus server that need a Raft behind it.
+pub(super) async fn lone_node(clock: &TestClock) -> Node {
+    let bus = super::bus::Bus::new(9, None);
+    Node::start(9, config(), bus, make(), clock.clock(), Storage::Memory)
+        .await
+        .unwrap()
+}
+
 pub(super) fn config() -> Arc<Config> {
     Arc::new(
         Config {

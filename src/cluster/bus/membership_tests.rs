@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 use super::wire::{Kind, Request};
 use super::{Bus, ForwardError, Handlers, MembershipCall, MembershipHandler, serve};
 use crate::cluster::clock_guard::Guard;
-use crate::cluster::node::{Node, Storage};
-use crate::cluster::tests::{TestClock, make};
+use crate::cluster::node::Node;
+use crate::cluster::tests::{TestClock, lone_node};
 use crate::command::ClusterChange;
 
 /// A server whose membership handler is `membership`; its address, and
@@ -23,16 +23,7 @@ async fn server(membership: Option<MembershipHandler>) -> (String, CancellationT
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let clock = TestClock::default();
-    let node = Node::start(
-        9,
-        crate::cluster::tests::config(),
-        Bus::new(9, None),
-        make(),
-        clock.clock(),
-        Storage::Memory,
-    )
-    .await
-    .unwrap();
+    let node = lone_node(&clock).await;
     let handlers = Handlers {
         forward: Arc::new(|_| async { Vec::new() }.boxed()),
         read_index: Arc::new(|| async { Err("no reads in this test".to_string()) }.boxed()),

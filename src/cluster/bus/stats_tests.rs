@@ -14,8 +14,7 @@ use super::handshake::introduce;
 use super::wire::{Hello, Kind, PROTOCOL, Request};
 use super::{Admission, Bus, ForwardError, serve_admitting};
 use crate::cluster::clock_guard::Guard;
-use crate::cluster::node::{Node, Storage};
-use crate::cluster::tests::{TestClock, WAIT, make};
+use crate::cluster::tests::{TestClock, WAIT, lone_node};
 use crate::cluster::types::{Forward, Forwarded};
 use crate::registry::{Op, Outcome};
 use crate::state::cluster_stats::{BusError, ClusterStats};
@@ -41,16 +40,7 @@ async fn each_side_counts_what_went_wrong() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let clock = TestClock::default();
-    let node = Node::start(
-        9,
-        crate::cluster::tests::config(),
-        Bus::new(9, None),
-        make(),
-        clock.clock(),
-        Storage::Memory,
-    )
-    .await
-    .unwrap();
+    let node = lone_node(&clock).await;
     let server_stats = Arc::new(ClusterStats::default());
     let admission = Admission {
         secret: Some(secret.clone()),
