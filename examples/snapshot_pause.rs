@@ -35,7 +35,7 @@ use redis::{Client, Value};
 
 #[path = "support/mod.rs"]
 mod support;
-use support::{Error, connect, millis, percentile};
+use support::{Error, columns, connect, millis};
 
 struct Options {
     host: String,
@@ -225,15 +225,7 @@ fn report(label: &str, samples: &[Sample], span: Duration, saved: Option<Duratio
         println!("{label:<22} no requests");
         return;
     }
-    println!(
-        "{label:<22} {:>9} {:>9.0} {:>9.3} {:>9.3} {:>9.3} {:>8}",
-        latencies.len(),
-        latencies.len() as f64 / span.as_secs_f64(),
-        millis(percentile(&latencies, 50.0)),
-        millis(percentile(&latencies, 99.0)),
-        millis(*latencies.last().expect("not empty")),
-        refused,
-    );
+    println!("{label:<22} {} {refused:>8}", columns(&latencies, span));
     let mut slowest = samples.to_vec();
     slowest.sort_by_key(|s| std::cmp::Reverse(s.latency));
     let slowest: Vec<String> = (slowest.iter().take(3))

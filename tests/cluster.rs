@@ -101,11 +101,7 @@ fn cluster() -> Cluster {
 }
 
 fn call(con: &mut redis::Connection, words: &[&str]) -> redis::RedisResult<redis::Value> {
-    let mut cmd = redis::cmd(words[0]);
-    for word in &words[1..] {
-        cmd.arg(*word);
-    }
-    cmd.query(con)
+    common::client::words(words).query(con)
 }
 
 /// `LEASE.ACQUIRE run worker TTL ttl` through `worker`, resent while the

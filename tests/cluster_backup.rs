@@ -76,13 +76,8 @@ fn single_to_exit(dir: &Path, args: &[&str]) -> binary::Exited {
 /// A cluster of one node on `dir`, on fresh ports, with `args`.
 fn cluster_of_one(dir: &Path, args: &[&str]) -> Command {
     let (port, bus) = (free_port(), free_port());
-    let mut command = Command::new(BINARY);
-    command
-        .args(["--port", &port.to_string(), "--dir"])
-        .arg(dir)
-        .args(["--cluster-enabled", "yes", "--cluster-node-id", "1"])
-        .args(["--cluster-nodes", &format!("1@127.0.0.1:{port}@{bus}")])
-        .args(args);
+    let mut command = binary::cluster_node(dir, 1, port, &format!("1@127.0.0.1:{port}@{bus}"));
+    command.args(args);
     command
 }
 

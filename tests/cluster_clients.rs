@@ -42,11 +42,7 @@ fn ports(cluster: &Cluster) -> String {
 }
 
 fn call(con: &mut redis::Connection, words: &[&str]) -> redis::RedisResult<Value> {
-    let mut cmd = redis::cmd(words[0]);
-    for word in &words[1..] {
-        cmd.arg(*word);
-    }
-    cmd.query(con)
+    common::client::words(words).query(con)
 }
 
 /// The error a command gets, as the server worded it (code and detail).
@@ -254,11 +250,7 @@ async fn query(
     con: &mut redis::cluster_async::ClusterConnection,
     words: &[&str],
 ) -> redis::RedisResult<Value> {
-    let mut cmd = redis::cmd(words[0]);
-    for word in &words[1..] {
-        cmd.arg(*word);
-    }
-    cmd.query_async::<Value>(con).await
+    common::client::words(words).query_async::<Value>(con).await
 }
 
 #[tokio::test]

@@ -32,11 +32,7 @@ fn send(cluster: &Cluster, i: usize, words: &[&str]) -> Result<String, String> {
     let mut con = cluster
         .try_connect(i, CHANGE_TIMEOUT)
         .map_err(|e| e.to_string())?;
-    let mut cmd = redis::cmd(words[0]);
-    for word in &words[1..] {
-        cmd.arg(*word);
-    }
-    match cmd.query::<redis::Value>(&mut con) {
+    match common::client::words(words).query::<redis::Value>(&mut con) {
         Ok(redis::Value::Okay) => Ok("OK".into()),
         Ok(redis::Value::SimpleString(s)) => Ok(s),
         Ok(redis::Value::BulkString(b)) => Ok(String::from_utf8_lossy(&b).into_owned()),

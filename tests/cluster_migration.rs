@@ -17,11 +17,7 @@ use redis::Value;
 const BINARY: &str = env!("CARGO_BIN_EXE_leased");
 
 fn query(con: &mut redis::Connection, words: &[&str]) -> redis::RedisResult<Value> {
-    let mut cmd = redis::cmd(words[0]);
-    for word in &words[1..] {
-        cmd.arg(*word);
-    }
-    cmd.query(con)
+    common::client::words(words).query(con)
 }
 
 /// A lease's (or a data map's) fields; `None` for null.
@@ -74,18 +70,8 @@ fn history(con: &mut redis::Connection, run: &str) -> Vec<i64> {
 /// Node `id` of a cluster on `dir`, its client port `port` and bus
 /// `bus`, with `nodes` as `cluster-nodes` and `extra` arguments.
 fn cluster_node(dir: &Path, id: u64, port: u16, nodes: &str, extra: &[&str]) -> Command {
-    let mut command = Command::new(BINARY);
-    command
-        .args(["--port", &port.to_string(), "--dir"])
-        .arg(dir)
-        .args([
-            "--cluster-enabled",
-            "yes",
-            "--cluster-node-id",
-            &id.to_string(),
-        ])
-        .args(["--cluster-nodes", nodes])
-        .args(extra);
+    let mut command = binary::cluster_node(dir, id, port, nodes);
+    command.args(extra);
     command
 }
 

@@ -8,24 +8,13 @@ mod common;
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::binary::{BINARY, Server, free_port, wait_until};
+use common::binary::{Server, cluster_node, free_port, wait_until};
 
 /// Node `id`'s process, on `port`, in the cluster `nodes` describes.
 fn start(id: usize, port: u16, nodes: &str, dir: &Path, offset_ms: Option<i64>) -> Server {
-    let mut command = Command::new(BINARY);
-    command
-        .args(["--port", &port.to_string(), "--dir"])
-        .arg(dir)
-        .args([
-            "--cluster-enabled",
-            "yes",
-            "--cluster-node-id",
-            &id.to_string(),
-        ])
-        .args(["--cluster-nodes", nodes]);
+    let mut command = cluster_node(dir, id as u64, port, nodes);
     if let Some(offset) = offset_ms {
         command.env("LEASED_CLOCK_OFFSET_MS", offset.to_string());
     }

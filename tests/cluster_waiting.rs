@@ -17,11 +17,7 @@ use redis::Value;
 const BINARY: &str = env!("CARGO_BIN_EXE_leased");
 
 fn call(con: &mut redis::Connection, words: &[&str]) -> redis::RedisResult<Value> {
-    let mut cmd = redis::cmd(words[0]);
-    for word in &words[1..] {
-        cmd.arg(*word);
-    }
-    cmd.query(con)
+    common::client::words(words).query(con)
 }
 
 /// `LEASE.ACQUIRE run worker TTL 30 BLOCK 20000` on node `node`, in a

@@ -116,14 +116,20 @@ pub fn summary(label: &str, window: &str, span: Duration, samples: impl Iterator
         return;
     }
     latencies.sort_unstable();
-    println!(
-        "{label:<22} {window:<8} {:>9} {:>9.0} {:>9.3} {:>9.3} {:>9.3}",
-        latencies.len(),
-        latencies.len() as f64 / span.as_secs_f64(),
-        millis(percentile(&latencies, 50.0)),
-        millis(percentile(&latencies, 99.0)),
-        millis(*latencies.last().expect("not empty")),
-    );
+    println!("{label:<22} {window:<8} {}", columns(&latencies, span));
+}
+
+/// The table's columns for `sorted` latencies (not empty) over `span`:
+/// requests, per second, p50, p99 and max in ms.
+pub fn columns(sorted: &[Duration], span: Duration) -> String {
+    format!(
+        "{:>9} {:>9.0} {:>9.3} {:>9.3} {:>9.3}",
+        sorted.len(),
+        sorted.len() as f64 / span.as_secs_f64(),
+        millis(percentile(sorted, 50.0)),
+        millis(percentile(sorted, 99.0)),
+        millis(*sorted.last().expect("not empty")),
+    )
 }
 
 /// Prints the requests of the `baseline` before `start`, and those in

@@ -318,8 +318,7 @@ async fn commands_on_any_node_run_on_the_leader() {
 async fn an_isolated_leader_answers_uncertain_and_the_rest_go_on() {
     let cluster = Cluster::start(&[1, 2, 3]).await;
     let old = cluster.leader(&[1, 2, 3]).await;
-    let first = lease(&cluster.call(old, vec![acquire("a", "w1")]).await[0]);
-    cluster.converge(&[1, 2, 3], 1).await;
+    let first = hold_a(&cluster, old, "w1").await;
 
     cluster.router.isolate(old);
     // Appended to the old leader's log, never committed: its fate is
@@ -416,8 +415,7 @@ async fn a_blocked_acquire_on_a_follower_gets_the_run_when_it_is_released() {
     let cluster = Cluster::start(&[1, 2, 3]).await;
     let leader = cluster.leader(&[1, 2, 3]).await;
     let follower = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
-    let held = lease(&cluster.call(leader, vec![acquire("a", "w1")]).await[0]);
-    cluster.converge(&[1, 2, 3], 1).await;
+    let held = hold_a(&cluster, leader, "w1").await;
 
     let waiting = block(&cluster, follower, acquire("a", "w2"), None).await;
     // The follower's clients wait for the run: an acquire there gets null.
@@ -432,7 +430,7 @@ async fn a_blocked_acquire_on_a_follower_gets_the_run_when_it_is_released() {
     queue_is(&cluster, follower, "a", &["w2"]).await;
 
     assert!(flag(&cluster.call(leader, vec![release(&held)]).await[0]));
-    let granted = tokio::time::timeout(WAIT, waiting).await.unwrap().unwrap();
+    let granted = answer(waiting).await;
     match granted {
         crate::core::Granted::Lease(lease, None) => {
             assert_eq!(
@@ -449,8 +447,7 @@ async fn a_blocked_acquire_times_out_and_blocked_clients_hear_of_a_new_leader() 
     let cluster = Cluster::start(&[1, 2, 3]).await;
     let leader = cluster.leader(&[1, 2, 3]).await;
     let follower = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
-    lease(&cluster.call(leader, vec![acquire("a", "w1")]).await[0]);
-    cluster.converge(&[1, 2, 3], 1).await;
+    hold_a(&cluster, leader, "w1").await;
 
     let short = block(
         &cluster,
@@ -458,10 +455,7 @@ async fn a_blocked_acquire_times_out_and_blocked_clients_hear_of_a_new_leader() 
         acquire("a", "w2"),
         Some(Duration::from_millis(200)),
     );
-    let granted = tokio::time::timeout(WAIT, short.await)
-        .await
-        .unwrap()
-        .unwrap();
+    let granted = answer(short.await).await;
     assert!(
         matches!(granted, crate::core::Granted::TimedOut),
         "{granted:?}"
@@ -469,7 +463,7 @@ async fn a_blocked_acquire_times_out_and_blocked_clients_hear_of_a_new_leader() 
 
     let waiting = block(&cluster, follower, acquire("a", "w3"), None).await;
     cluster.router.isolate(leader);
-    let granted = tokio::time::timeout(WAIT, waiting).await.unwrap().unwrap();
+    let granted = answer(waiting).await;
     assert!(
         matches!(granted, crate::core::Granted::Refused(Refusal::TryAgain(_))),
         "{granted:?}"
@@ -501,12 +495,27 @@ async fn queue_is(cluster: &Cluster, id: NodeId, run: &'static str, expected: &[
         .unwrap_or_else(|_| panic!("node {id} never saw {expected:?} waiting for {run}"));
 }
 
+/// What a blocked acquire was answered, within [`WAIT`].
+async fn answer(receiver: oneshot::Receiver<crate::core::Granted>) -> crate::core::Granted {
+    let answered = tokio::time::timeout(WAIT, receiver).await;
+    answered
+        .expect("no answer in time")
+        .expect("answer dropped")
+}
+
 /// The lease a blocked acquire was granted.
 async fn granted(receiver: oneshot::Receiver<crate::core::Granted>) -> Lease {
-    match tokio::time::timeout(WAIT, receiver).await {
-        Ok(Ok(crate::core::Granted::Lease(lease, None))) => lease,
+    match answer(receiver).await {
+        crate::core::Granted::Lease(lease, None) => lease,
         other => panic!("not granted: {other:?}"),
     }
+}
+
+/// `worker` takes run "a" through node `id`, and every node applies it.
+async fn hold_a(cluster: &Cluster, id: NodeId, worker: &str) -> Lease {
+    let held = lease(&cluster.call(id, vec![acquire("a", worker)]).await[0]);
+    cluster.converge(&[1, 2, 3], 1).await;
+    held
 }
 
 fn others(leader: NodeId) -> (NodeId, NodeId) {
@@ -519,8 +528,7 @@ async fn waiters_on_the_followers_and_the_leader_are_granted_in_arrival_order() 
     let cluster = Cluster::start(&[1, 2, 3]).await;
     let leader = cluster.leader(&[1, 2, 3]).await;
     let (one, two) = others(leader);
-    let mut held = lease(&cluster.call(leader, vec![acquire("a", "w0")]).await[0]);
-    cluster.converge(&[1, 2, 3], 1).await;
+    let mut held = hold_a(&cluster, leader, "w0").await;
 
     // Each joins once the one before is in the leader's queue.
     let order = [(one, "w1"), (leader, "w2"), (two, "w3"), (one, "w4")];
@@ -566,8 +574,7 @@ async fn a_follower_waiter_that_times_out_or_leaves_is_never_granted() {
     let cluster = Cluster::start(&[1, 2, 3]).await;
     let leader = cluster.leader(&[1, 2, 3]).await;
     let (one, two) = others(leader);
-    let held = lease(&cluster.call(leader, vec![acquire("a", "w0")]).await[0]);
-    cluster.converge(&[1, 2, 3], 1).await;
+    let held = hold_a(&cluster, leader, "w0").await;
 
     // Times out: null, and it leaves the leader's queue.
     let short = block_as(
@@ -579,7 +586,7 @@ async fn a_follower_waiter_that_times_out_or_leaves_is_never_granted() {
     );
     let short = short.await;
     queue_is(&cluster, leader, "a", &["w1"]).await;
-    let timed_out = tokio::time::timeout(WAIT, short).await.unwrap().unwrap();
+    let timed_out = answer(short).await;
     assert!(
         matches!(timed_out, crate::core::Granted::TimedOut),
         "{timed_out:?}"
@@ -601,13 +608,10 @@ async fn a_follower_waiter_that_times_out_or_leaves_is_never_granted() {
     };
     let answers = cluster.core(one).call(vec![unblock]).await.answers;
     assert!(flag(&answers[0]));
-    let answer = tokio::time::timeout(WAIT, unblocked)
-        .await
-        .unwrap()
-        .unwrap();
+    let answered = answer(unblocked).await;
     assert!(
-        matches!(answer, crate::core::Granted::Unblocked),
-        "{answer:?}"
+        matches!(answered, crate::core::Granted::Unblocked),
+        "{answered:?}"
     );
     queue_is(&cluster, leader, "a", &[]).await;
 
@@ -622,33 +626,32 @@ async fn blocked_clients_of_every_node_hear_try_again_when_the_leader_changes() 
     let cluster = Cluster::start(&[1, 2, 3]).await;
     let old = cluster.leader(&[1, 2, 3]).await;
     let (one, two) = others(old);
-    lease(&cluster.call(old, vec![acquire("a", "w0")]).await[0]);
-    cluster.converge(&[1, 2, 3], 1).await;
+    hold_a(&cluster, old, "w0").await;
 
     let on_leader = block_as(&cluster, old, acquire("a", "w1"), None, 1).await;
     let on_follower = block_as(&cluster, one, acquire("a", "w2"), None, 2).await;
     queue_is(&cluster, old, "a", &["w1", "w2"]).await;
 
     cluster.router.isolate(old);
-    let answer = tokio::time::timeout(WAIT, on_follower)
-        .await
-        .unwrap()
-        .unwrap();
+    let answered = answer(on_follower).await;
     assert!(
-        matches!(answer, crate::core::Granted::Refused(Refusal::TryAgain(_))),
-        "{answer:?}"
+        matches!(
+            answered,
+            crate::core::Granted::Refused(Refusal::TryAgain(_))
+        ),
+        "{answered:?}"
     );
     let new = cluster.leader(&[one, two]).await;
     // The new leader's queue starts empty; blocking again works there.
     queue_is(&cluster, new, "a", &[]).await;
     cluster.router.heal();
     // The old leader hears of the new one: its queue is answered.
-    let answer = tokio::time::timeout(WAIT, on_leader)
-        .await
-        .unwrap()
-        .unwrap();
+    let answered = answer(on_leader).await;
     assert!(
-        matches!(answer, crate::core::Granted::Refused(Refusal::TryAgain(_))),
-        "{answer:?}"
+        matches!(
+            answered,
+            crate::core::Granted::Refused(Refusal::TryAgain(_))
+        ),
+        "{answered:?}"
     );
 }

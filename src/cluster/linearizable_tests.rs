@@ -158,26 +158,12 @@ async fn client(
         let now = BASE + time.fetch_add(1, Ordering::SeqCst) as f64 * 0.25;
         let op = next_op(&mut dice, &worker, &held, now);
         let node = ids[dice.roll(ids.len() as u64) as usize];
-        let sent = sequence.fetch_add(1, Ordering::SeqCst);
-        let answer = cluster.core(node).call(vec![CoreCommand::Op(op.clone())]);
-        let answer = answer.await.answers.pop().expect("one answer");
-        let answered = sequence.fetch_add(1, Ordering::SeqCst);
-        let result = match answer {
-            CoreAnswer::Outcome(outcome) => Ok(outcome),
-            CoreAnswer::Refused(refusal) => Err(refusal),
-            other => panic!("unexpected answer {other:?}"),
-        };
-        if let Ok(Outcome::Acquired(Some(lease))) = &result {
+        let call = send(&cluster, node, op, &sequence, thread).await;
+        if let Ok(Outcome::Acquired(Some(lease))) = &call.result {
             held = Some((lease.lease_id().into(), lease.fencing_token));
         }
-        let uncertain = matches!(result, Err(Refusal::Uncertain(_)));
-        calls.lock().unwrap().push(Call {
-            thread,
-            op,
-            sent,
-            answered,
-            result,
-        });
+        let uncertain = matches!(call.result, Err(Refusal::Uncertain(_)));
+        calls.lock().unwrap().push(call);
         if uncertain {
             // Its command stays in flight: the client goes on as another
             // thread of the history.
@@ -203,22 +189,29 @@ async fn reader(
             now: None,
         };
         let node = ids[dice.roll(ids.len() as u64) as usize];
-        let sent = sequence.fetch_add(1, Ordering::SeqCst);
-        let answer = cluster.core(node).call(vec![CoreCommand::Op(op.clone())]);
-        let answer = answer.await.answers.pop().expect("one answer");
-        let answered = sequence.fetch_add(1, Ordering::SeqCst);
-        let result = match answer {
-            CoreAnswer::Outcome(outcome) => Ok(outcome),
-            CoreAnswer::Refused(refusal) => Err(refusal),
-            other => panic!("unexpected answer {other:?}"),
-        };
-        calls.lock().unwrap().push(Call {
-            thread: READER_THREADS + index,
-            op,
-            sent,
-            answered,
-            result,
-        });
+        let call = send(&cluster, node, op, &sequence, READER_THREADS + index).await;
+        calls.lock().unwrap().push(call);
+    }
+}
+
+/// Sends `op` to node `node` for history thread `thread`: the call, its
+/// sending and answer placed in real-time order by `sequence`.
+async fn send(cluster: &Cluster, node: u64, op: Op, sequence: &AtomicU64, thread: u64) -> Call {
+    let sent = sequence.fetch_add(1, Ordering::SeqCst);
+    let answer = cluster.core(node).call(vec![CoreCommand::Op(op.clone())]);
+    let answer = answer.await.answers.pop().expect("one answer");
+    let answered = sequence.fetch_add(1, Ordering::SeqCst);
+    let result = match answer {
+        CoreAnswer::Outcome(outcome) => Ok(outcome),
+        CoreAnswer::Refused(refusal) => Err(refusal),
+        other => panic!("unexpected answer {other:?}"),
+    };
+    Call {
+        thread,
+        op,
+        sent,
+        answered,
+        result,
     }
 }
 

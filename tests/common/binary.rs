@@ -418,3 +418,22 @@ pub fn free_port() -> u16 {
         .expect("bind a free port")
         .port()
 }
+
+/// The command that starts node `id` of a cluster on `dir`, its client
+/// port `port`, with `nodes` as its `cluster-nodes`; more arguments may
+/// follow.
+#[allow(dead_code)]
+pub fn cluster_node(dir: &Path, id: u64, port: u16, nodes: &str) -> Command {
+    let mut command = Command::new(BINARY);
+    command
+        .args(["--port", &port.to_string(), "--dir"])
+        .arg(dir)
+        .args([
+            "--cluster-enabled",
+            "yes",
+            "--cluster-node-id",
+            &id.to_string(),
+        ])
+        .args(["--cluster-nodes", nodes]);
+    command
+}
