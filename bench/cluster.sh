@@ -128,32 +128,6 @@ declare -A PORT_OF=([always]=$PORT [everysec]=$((PORT + 4)))
 # node, or all three of the cluster's nodes.
 declare -A PIDS_OF=()
 
-# start_cluster: three nodes on ports PORT+1..PORT+3, each with a
-# directory of its own, all stopped on exit.
-start_cluster() {
-    local i port nodes="" dir
-    for i in 1 2 3; do
-        port=$((PORT + i))
-        port_in_use "$port" && die "port $port is in use"
-        port_in_use $((port + BUS_OFFSET)) && die "port $((port + BUS_OFFSET)) (a bus) is in use"
-        nodes+="${nodes:+ }$i@127.0.0.1:$port@$((port + BUS_OFFSET))"
-    done
-    for i in 1 2 3; do
-        port=$((PORT + i))
-        dir="$WORK/cluster-$i"
-        mkdir -p "$dir"
-        "$LEASED_BIN" --port "$port" --dir "$dir/data" --cluster-enabled yes \
-            --cluster-node-id "$i" --cluster-nodes "$nodes" >"$dir/leased.log" 2>&1 &
-        SERVER_PIDS+=("$!")
-        CLUSTER_PIDS[i]=$!
-    done
-    PIDS_OF[leader]="${CLUSTER_PIDS[*]}"
-    PIDS_OF[follower]="${CLUSTER_PIDS[*]}"
-    for i in 1 2 3; do
-        wait_ready $((PORT + i)) "${CLUSTER_PIDS[i]}" "$WORK/cluster-$i/leased.log"
-    done
-}
-
 # Prints the port of the node that says it is the master (the leader) and
 # of one replica connected to it; fails if there are not both.
 cluster_roles() {
@@ -232,7 +206,9 @@ check_hot() {
 
 if ((CLUSTER)); then
     log "starting a three-node cluster on ports $((PORT + 1))-$((PORT + 3))"
-    start_cluster
+    start_cluster "$PORT" "$BUS_OFFSET"
+    PIDS_OF[leader]="${CLUSTER_PIDS[*]}"
+    PIDS_OF[follower]="${CLUSTER_PIDS[*]}"
     wait_leader
     log "leader on port ${PORT_OF[leader]}, follower measured on port ${PORT_OF[follower]}"
 fi

@@ -57,24 +57,7 @@ else
 fi
 bench_init
 
-nodes=""
-for i in 1 2 3; do
-    port_in_use $((PORT + i)) && die "port $((PORT + i)) is in use"
-    port_in_use $((PORT + i + 10)) && die "port $((PORT + i + 10)) (a bus) is in use"
-    nodes+="${nodes:+ }$i@127.0.0.1:$((PORT + i))@$((PORT + i + 10))"
-done
-declare -A PIDS=()
-for i in 1 2 3; do
-    dir="$WORK/node-$i"
-    mkdir -p "$dir"
-    "$LEASED_BIN" --port $((PORT + i)) --dir "$dir/data" --cluster-enabled yes \
-        --cluster-node-id "$i" --cluster-nodes "$nodes" >"$dir/leased.log" 2>&1 &
-    SERVER_PIDS+=("$!")
-    PIDS[$i]=$!
-done
-for i in 1 2 3; do
-    wait_ready $((PORT + i)) "${PIDS[$i]}" "$WORK/node-$i/leased.log"
-done
+start_cluster "$PORT" 10
 
 # The leader's port, and a follower's, once every node names the leader.
 leader="" follower=""

@@ -134,6 +134,32 @@ start_leased() {
     wait_ready "$port" "$STARTED_PID" "$dir/leased.log"
 }
 
+# start_cluster BASE BUS_OFFSET: a three-node cluster of the release leased
+# on ports BASE+1..BASE+3, their buses BUS_OFFSET above, each node in
+# $WORK/node-N with its log there, all stopped on exit; waits until each
+# answers and sets CLUSTER_PIDS[1..3].
+start_cluster() {
+    local base=$1 offset=$2 i port nodes="" dir
+    for i in 1 2 3; do
+        port=$((base + i))
+        port_in_use "$port" && die "port $port is in use"
+        port_in_use $((port + offset)) && die "port $((port + offset)) (a bus) is in use"
+        nodes+="${nodes:+ }$i@127.0.0.1:$port@$((port + offset))"
+    done
+    CLUSTER_PIDS=()
+    for i in 1 2 3; do
+        dir="$WORK/node-$i"
+        mkdir -p "$dir"
+        "$LEASED_BIN" --port $((base + i)) --dir "$dir/data" --cluster-enabled yes \
+            --cluster-node-id "$i" --cluster-nodes "$nodes" >"$dir/leased.log" 2>&1 &
+        SERVER_PIDS+=("$!")
+        CLUSTER_PIDS[i]=$!
+    done
+    for i in 1 2 3; do
+        wait_ready $((base + i)) "${CLUSTER_PIDS[i]}" "$WORK/node-$i/leased.log"
+    done
+}
+
 # start_redis PORT MODE: redis-server with AOF in MODE and no RDB snapshots;
 # sets STARTED_PID.
 start_redis() {

@@ -45,26 +45,11 @@ fi
 [[ -x $PAUSE_BIN && -x $LEASED_BIN ]] || die "binaries missing (run without --no-build)"
 bench_init
 
-nodes="" ports="" dirs=""
+start_cluster "$PORT" 10
+ports="" dirs=""
 for i in 1 2 3; do
-    port=$((PORT + i))
-    port_in_use "$port" && die "port $port is in use"
-    port_in_use $((port + 10)) && die "port $((port + 10)) (a bus) is in use"
-    nodes+="${nodes:+ }$i@127.0.0.1:$port@$((port + 10))"
-    ports+="${ports:+,}$port"
+    ports+="${ports:+,}$((PORT + i))"
     dirs+="${dirs:+,}$WORK/node-$i/data"
-done
-declare -a PIDS
-for i in 1 2 3; do
-    dir="$WORK/node-$i"
-    mkdir -p "$dir"
-    "$LEASED_BIN" --port $((PORT + i)) --dir "$dir/data" --cluster-enabled yes \
-        --cluster-node-id "$i" --cluster-nodes "$nodes" >"$dir/leased.log" 2>&1 &
-    SERVER_PIDS+=("$!")
-    PIDS[i]=$!
-done
-for i in 1 2 3; do
-    wait_ready $((PORT + i)) "${PIDS[i]}" "$WORK/node-$i/leased.log"
 done
 printf '# %s, %s leases, %s probes\n' "$("$LEASED_BIN" --version 2>/dev/null | head -1)" \
     "$LEASES" "$PROBES"
