@@ -8,10 +8,10 @@
 //! The file is replaced by renaming a new one over it: opened once and
 //! read whole, it is one snapshot, the latest saved when `SYNC` arrived.
 
-use std::io;
+use std::io::{self, Read};
 use std::path::PathBuf;
 
-use bytes::{BufMut, BytesMut};
+use bytes::Bytes;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 
@@ -46,14 +46,22 @@ pub(super) fn snapshot(dir: PathBuf) -> BoxFuture<'static, Reply> {
     .boxed()
 }
 
-/// The file at `path` framed as Redis frames an RDB transfer.
+/// The file at `path` framed as Redis frames an RDB transfer, read
+/// straight after its header (a snapshot can be large: one copy of it).
 fn payload(path: &std::path::Path) -> io::Result<Reply> {
-    let bytes = std::fs::read(path)?;
-    let header = format!("${}\r\n", bytes.len());
-    let mut out = BytesMut::with_capacity(header.len() + bytes.len());
-    out.put_slice(header.as_bytes());
-    out.put_slice(&bytes);
-    Ok(Reply::Raw(out.freeze()))
+    let file = std::fs::File::open(path)?;
+    let length = file.metadata()?.len();
+    let header = format!("${length}\r\n");
+    let mut out = Vec::with_capacity(header.len() + length as usize);
+    out.extend_from_slice(header.as_bytes());
+    file.take(length).read_to_end(&mut out)?;
+    if out.len() - header.len() != length as usize {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the file shrank while read",
+        ));
+    }
+    Ok(Reply::Raw(Bytes::from(out)))
 }
 
 #[cfg(test)]
